@@ -4,6 +4,11 @@ The stable surface (see DESIGN.md)::
 
     cm = scoring.compile(model, backend="auto", device="auto", strategy="auto")
     cm.predict(X); cm.predict_proba(X); cm.predict_raw(X)
+
+    reg = scoring.Registry()            # $SCORING_HOME, else ./.scoring
+    mv = reg.register("churn", model, sample=X_sample)
+    reg.set_alias("churn", "production", mv.version)
+    cm = reg.load("churn@production")
 """
 
 from __future__ import annotations
@@ -12,7 +17,17 @@ from . import errors
 from .errors import ScoringError
 from .model import CompiledModel
 from .model import compile_model as compile
+from .registry import Bundle, ModelVersion, Registry
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "ScoringError", "__version__", "compile", "errors"]
+__all__ = [
+    "Bundle",
+    "CompiledModel",
+    "ModelVersion",
+    "Registry",
+    "ScoringError",
+    "__version__",
+    "compile",
+    "errors",
+]

@@ -21,6 +21,11 @@ __all__ = [
     "ResourceLimitError",
     "ParityError",
     "DependencyError",
+    "RegistryError",
+    "ModelNotFoundError",
+    "IntegrityError",
+    "VerificationError",
+    "RegistryAccessError",
 ]
 
 
@@ -74,3 +79,23 @@ class ParityError(CompileError):
 
 class DependencyError(ScoringError, ImportError):
     """An optional dependency needed for the requested feature is not installed."""
+
+
+class RegistryError(ScoringError):
+    """A registry operation was refused (bad name, alias in use, ...)."""
+
+
+class ModelNotFoundError(RegistryError, LookupError):
+    """No model, version or alias of that name exists in the registry."""
+
+
+class IntegrityError(RegistryError):
+    """Stored model bytes no longer match the sha256 recorded when they were registered."""
+
+
+class VerificationError(RegistryError):
+    """A version whose parity verification failed cannot be promoted without force=True."""
+
+
+class RegistryAccessError(RegistryError, OSError):
+    """The registry root or database cannot be reached or written."""

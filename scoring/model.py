@@ -28,7 +28,7 @@ from .inputs import prepare
 from .ir import Forest
 from .probes import probe_rows
 
-__all__ = ["CompiledModel", "compile_model", "resolve_device"]
+__all__ = ["CompiledModel", "compile_imported", "compile_model", "resolve_device"]
 
 BACKENDS = ("auto", "tensor", "hummingbird", "native")
 
@@ -56,6 +56,8 @@ class CompiledModel:
     strategy: str | None
     strategy_reason: str
     selection: dict[str, float] = field(default_factory=dict)
+    #: Where the model came from when loaded from the registry: name, version, sha256.
+    origin: dict[str, Any] = field(default_factory=dict)
     _impl: Any = field(default=None, repr=False)
 
     @property
@@ -125,7 +127,30 @@ def compile_model(
         raise CompileError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     if isinstance(model, (str, os.PathLike)):
         model = load_model_file(model, trusted=trusted)
-    forest = import_model(model)
+    return compile_imported(
+        model,
+        import_model(model),
+        backend=backend,
+        device=device,
+        strategy=strategy,
+        verify=verify,
+        batch_size=batch_size,
+    )
+
+
+def compile_imported(
+    model: Any,
+    forest: Forest,
+    *,
+    backend: str = "auto",
+    device: str | torch.device = "auto",
+    strategy: str = "auto",
+    verify: bool = True,
+    batch_size: int | None = None,
+) -> CompiledModel:
+    """Compile a model already imported into ``forest`` (the registry restores both)."""
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     dev = resolve_device(device)
     if backend == "native":
         return _wrap(forest, NativeBackend(model, forest), None, "native predictor")

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import InputError
 from ..ir import Forest
-from ._outputs import probabilities, squeeze
+from ._outputs import predictions, probabilities, squeeze
 
 
 def native_input(X: Any) -> Any:
@@ -54,6 +54,9 @@ class NativeBackend:
         )
 
     def predict(self, X: Any) -> np.ndarray:
+        if self.forest.predict_returns == "label" and type(self.model).__name__ == "Booster":
+            # A Booster restored from a registered classifier: labels from its classes.
+            return predictions(self.forest, self.predict_proba(X))
         return self._call("predict", X)
 
     def predict_proba(self, X: Any) -> np.ndarray:

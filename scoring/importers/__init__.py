@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError
 from ..ir import Forest
 
-__all__ = ["import_model", "load_model_file", "framework_of"]
+__all__ = ["import_model", "load_model_file", "load_skops_bytes", "framework_of"]
 
 _PICKLE_SUFFIXES = {".pkl", ".pickle", ".joblib"}
 
@@ -94,19 +94,24 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
 
 
 def _load_skops(path: Path, *, trusted: bool) -> Any:
+    return load_skops_bytes(path.read_bytes(), what=str(path), trusted=trusted)
+
+
+def load_skops_bytes(data: bytes, *, what: str, trusted: bool = False) -> Any:
+    """A skops payload; types outside scikit-learn and numpy need ``trusted=True``."""
     import skops.io as sio
 
-    untrusted = sio.get_untrusted_types(file=path)
+    untrusted = sio.get_untrusted_types(data=data)
     # scikit-learn's own classes and functions are safe to reference, and so is a partial
     # (its target is listed on its own); anything else is not.
     safe = ("sklearn.", "numpy.", "builtins.")
     foreign = [t for t in untrusted if not t.startswith(safe) and t != "functools.partial"]
     if foreign and not trusted:
         raise UntrustedModelError(
-            f"{path} references types outside scikit-learn: {', '.join(foreign)}; "
+            f"{what} references types outside scikit-learn: {', '.join(foreign)}; "
             "pass trusted=True only if you trust its author"
         )
-    return sio.load(path, trusted=untrusted)
+    return sio.loads(data, trusted=untrusted)
 
 
 def _load_pickle(path: Path, *, trusted: bool) -> Any:

@@ -35,14 +35,23 @@ def import_lightgbm(model: Any) -> Forest:
     import lightgbm
 
     is_booster = isinstance(model, lightgbm.Booster)
-    booster = model if is_booster else model.booster_
-    best = booster.best_iteration if is_booster else getattr(model, "best_iteration_", None)
-    text = booster.model_to_string(num_iteration=best if best and best > 0 else None)
-    forest = forest_from_text(text, kind="lightgbm.Booster" if is_booster else type(model).__name__)
+    kind = "lightgbm.Booster" if is_booster else type(model).__name__
+    forest = forest_from_text(model_text(model), kind=kind)
     if not is_booster and forest.task in ("binary", "multiclass"):
         forest.classes = np.asarray(model.classes_)
         forest.predict_returns = "label"
     return forest
+
+
+def model_text(model: Any) -> str:
+    """The model text of the iterations ``predict`` uses (the best one, if recorded)."""
+    import lightgbm
+
+    is_booster = isinstance(model, lightgbm.Booster)
+    booster = model if is_booster else model.booster_
+    best = booster.best_iteration if is_booster else getattr(model, "best_iteration_", None)
+    text: str = booster.model_to_string(num_iteration=best if best and best > 0 else None)
+    return text
 
 
 def forest_from_text(text: str, *, kind: str) -> Forest:

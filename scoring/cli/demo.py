@@ -1,8 +1,7 @@
-"""The ``scoring`` command line.  Exit 0 on success; otherwise a one-line reason on stderr."""
+"""``scoring demo``: the reference model's parity and throughput on this machine."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -10,37 +9,27 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ScoringError
+from ._common import reported
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 console = Console()
 
 
-@app.callback()
-def main() -> None:
-    """GPU batch scoring of tree ensembles."""
-
-
-@app.command()
 def demo(
     rows: int = typer.Option(100_000, help="rows to score"),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
 ) -> None:
     """Compile the reference model (XGBoost, 500 trees of depth 8, 28 features) and print
     its parity with the native predictor and the throughput of each backend."""
-    try:
+    with reported("demo"):
         _demo(rows=rows, device=device)
-    except ScoringError as exc:
-        print(f"scoring demo: {exc}", file=sys.stderr)
-        raise typer.Exit(1) from None
 
 
 def _demo(*, rows: int, device: str) -> None:
     from models import DEMO_RECIPE, make_data
 
-    from . import compile as compile_model
-    from .bench import max_error, rows_per_second
-    from .probes import probe_rows
+    from .. import compile as compile_model
+    from ..bench import max_error, rows_per_second
+    from ..probes import probe_rows
 
     start = time.perf_counter()
     console.print(f"training the reference model {DEMO_RECIPE.name} ...")
@@ -73,7 +62,3 @@ def _demo(*, rows: int, device: str) -> None:
     picked = f"{auto.backend} ({auto.strategy or 'native predictor'})"
     console.print(f"backend='auto' on {auto.device} picks {picked}: {auto.strategy_reason}")
     console.print(f"done in {time.perf_counter() - start:.1f} s")
-
-
-if __name__ == "__main__":
-    app()

@@ -1,0 +1,24 @@
+"""The ``scoring`` command line.  Exit 0 on success; otherwise a one-line reason on stderr
+(1: the command failed, 2: usage error)."""
+
+from __future__ import annotations
+
+import typer
+
+from .demo import demo
+from .models import models_app
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.command()(demo)
+app.add_typer(models_app, name="models")
+
+
+@app.callback()
+def main() -> None:
+    """GPU batch scoring of tree ensembles."""
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,418 @@
+"""``scoring.Registry``: register, name, verify and load model versions."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+from ..errors import ModelNotFoundError, RegistryError, VerificationError
+from ..importers import import_model, load_model_file
+from ..model import CompiledModel, compile_imported
+from . import db
+from .bundle import BUNDLE_FORMAT_VERSION, Bundle
+from .formats import FILENAMES, dump_model, restore_model
+from .schema import ModelSchema, ModelVersion, Verification, schema_of
+from .storage import ArtifactStore, sha256_hex
+from .verify import verify_model
+
+__all__ = ["Registry", "parse_ref"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: Sample rows kept with a version, for re-verification on other devices.
+SAMPLE_ROWS = 10_000
+_INSERT_ATTEMPTS = 20
+
+
+def parse_ref(ref: str, version: int | None = None) -> tuple[str, str | int]:
+    """``name@alias``, ``name@3``, ``name`` (latest), or ``name`` plus ``version``."""
+    name, _, selector = ref.partition("@")
+    _check_name(name, "model name")
+    if version is not None:
+        if selector:
+            raise RegistryError(f"give either {ref!r} or version={version}, not both")
+        return name, int(version)
+    if not selector or selector == "latest":
+        return name, "latest"
+    return name, int(selector) if selector.isdigit() else selector
+
+
+def _check_name(value: str, what: str) -> None:
+    if not _NAME.match(value):
+        raise RegistryError(
+            f"{what} {value!r} is not valid: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+
+
+class Registry:
+    """Model versions in a root directory or fsspec URL, metadata in a SQL database.
+
+    ``uri``: the root (default ``$SCORING_HOME``, else ``./.scoring``).  ``db_url``: any
+    SQLAlchemy URL; default SQLite in the root (local roots) or in process memory
+    (``memory://`` roots); other remote roots need one.
+    """
+
+    def __init__(self, uri: str | os.PathLike[str] | None = None, *, db_url: str | None = None):
+        root = str(uri or os.environ.get("SCORING_HOME") or "./.scoring")
+        self.store = ArtifactStore(root)
+        self.uri = root
+        self.store.ensure_writable()
+        if db_url is not None:
+            self.engine = db.make_engine(db_url)
+        elif self.store.is_local:
+            self.engine = db.make_engine(f"sqlite:///{Path(self.store.root).resolve()}/registry.db")
+        elif self.store.fs.protocol in ("memory", ("memory",)):
+            self.engine = db.make_engine("sqlite://", shared_key=self.store.uri(self.store.root))
+        else:
+            raise RegistryError(
+                f"registry root {root!r} is remote: SQLite cannot live there, pass "
+                "db_url= (e.g. postgresql+psycopg://host/db) for its metadata"
+            )
+
+    def __repr__(self) -> str:
+        return f"Registry({self.uri!r}, db={self.engine.url!r})"
+
+    # -- writing ------------------------------------------------------------------
+
+    def register(
+        self,
+        name: str,
+        model_or_path: Any,
+        *,
+        sample: Any = None,
+        tags: Mapping[str, str] | None = None,
+        description: str = "",
+        trusted: bool = False,
+    ) -> ModelVersion:
+        """Import, store and verify a model; returns its new, immutable version."""
+        _check_name(name, "model name")
+        model = model_or_path
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model_file(model, trusted=trusted)
+        forest = import_model(model)  # an unsupported model is refused before storing
+        schema = schema_of(forest)
+        data = dump_model(model, forest)
+        _, stored = restore_model(schema, data, trusted=trusted)
+        sample = _read_sample(sample)
+        verification = verify_model(model, forest, sample=sample, candidate=stored)
+        artifact = self.store.put(data, FILENAMES[schema.framework])
+        sample_path = sample_sha = None
+        if sample is not None:
+            sample_bytes, filename = _sample_bytes(sample)
+            sample_path = self.store.put(sample_bytes, filename)
+            sample_sha = sha256_hex(sample_bytes)
+        row = {
+            "name": name,
+            "sha256": sha256_hex(data),
+            "artifact_path": artifact,
+            "sample_path": sample_path,
+            "sample_sha256": sample_sha,
+            "schema_json": schema.model_dump_json(),
+            "description": description,
+            "created_at": datetime.now(timezone.utc),
+        }
+        version = self._insert(row, dict(tags or {}), verification)
+        return self.get(name, version=version)
+
+    def _insert(
+        self, row: dict[str, Any], tags: dict[str, str], checks: dict[str, Verification]
+    ) -> int:
+        """Take the next version number and record everything in one transaction."""
+        for _ in range(_INSERT_ATTEMPTS):
+            try:
+                with self.engine.begin() as conn:
+                    last = conn.execute(
+                        sa.select(sa.func.max(db.versions.c.version)).where(
+                            db.versions.c.name == row["name"]
+                        )
+                    ).scalar()
+                    version = int(last or 0) + 1
+                    result = conn.execute(db.versions.insert().values(**row, version=version))
+                    vid = int(result.inserted_primary_key[0])  # type: ignore[index]
+                    for key, value in tags.items():
+                        conn.execute(db.tags.insert().values(version_id=vid, key=key, value=value))
+                    self._write_checks(conn, vid, checks)
+                return version
+            except sa.exc.IntegrityError:  # another writer took the number: try the next
+                continue
+        raise RegistryError(f"could not allocate a version of {row['name']!r}: too much contention")
+
+    @staticmethod
+    def _write_checks(conn: Any, vid: int, checks: dict[str, Verification]) -> None:
+        for device_type, check in checks.items():
+            conn.execute(
+                db.verifications.delete().where(
+                    (db.verifications.c.version_id == vid)
+                    & (db.verifications.c.device_type == device_type)
+                )
+            )
+            conn.execute(
+                db.verifications.insert().values(
+                    version_id=vid,
+                    device_type=device_type,
+                    passed=check.passed,
+                    result_json=check.model_dump_json(),
+                )
+            )
+
+    def set_alias(self, name: str, alias: str, version: int, *, force: bool = False) -> None:
+        """Point ``name@alias`` at ``version``; an unverified version needs ``force``."""
+        _check_name(alias, "alias")
+        if alias.isdigit() or alias == "latest":
+            raise RegistryError(f"alias {alias!r} is reserved: it would read as a version")
+        mv = self.get(name, version=version)
+        if not mv.verified and not force:
+            failed = [
+                f"{d}: {v.detail or f'max error {v.max_error:.3g}'}"
+                for d, v in mv.verification.items()
+                if not v.passed
+            ]
+            raise VerificationError(
+                f"{mv.ref} failed parity verification ({'; '.join(failed) or 'never verified'});"
+                f" run `scoring models verify {mv.ref}` or pass force=True to promote it anyway"
+            )
+        with self.engine.begin() as conn:
+            key = (db.aliases.c.name == name) & (db.aliases.c.alias == alias)
+            conn.execute(db.aliases.delete().where(key))
+            conn.execute(db.aliases.insert().values(name=name, alias=alias, version=version))
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        with self.engine.begin() as conn:
+            key = (db.aliases.c.name == name) & (db.aliases.c.alias == alias)
+            if conn.execute(db.aliases.delete().where(key)).rowcount == 0:
+                raise ModelNotFoundError(f"model {name!r} has no alias {alias!r}")
+
+    def set_tag(self, ref: str, key: str, value: str, *, version: int | None = None) -> None:
+        mv = self.get(ref, version=version)
+        with self.engine.begin() as conn:
+            vid = self._version_id(conn, mv.name, mv.version)
+            match = (db.tags.c.version_id == vid) & (db.tags.c.key == key)
+            conn.execute(db.tags.delete().where(match))
+            conn.execute(db.tags.insert().values(version_id=vid, key=key, value=str(value)))
+
+    def delete_version(self, name: str, version: int) -> None:
+        """Delete a version no alias points to (its artifact too, unless shared)."""
+        with self.engine.begin() as conn:
+            vid = self._version_id(conn, name, version)
+            held = (
+                conn.execute(
+                    sa.select(db.aliases.c.alias).where(
+                        (db.aliases.c.name == name) & (db.aliases.c.version == version)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            if held:
+                raise RegistryError(
+                    f"{name}@{version} is the target of alias(es) {', '.join(held)}: "
+                    "move or delete them first"
+                )
+            row = conn.execute(sa.select(db.versions).where(db.versions.c.id == vid)).one()
+            conn.execute(db.tags.delete().where(db.tags.c.version_id == vid))
+            conn.execute(db.verifications.delete().where(db.verifications.c.version_id == vid))
+            conn.execute(db.versions.delete().where(db.versions.c.id == vid))
+            for column in ("artifact_path", "sample_path"):
+                path = getattr(row, column)
+                col = getattr(db.versions.c, column)
+                if path and not conn.execute(sa.select(col).where(col == path)).first():
+                    self.store.delete(path)
+
+    # -- reading ------------------------------------------------------------------
+
+    def get(self, ref: str, *, version: int | None = None) -> ModelVersion:
+        """A version by ``name@alias``, ``name@3``, ``name`` (latest) or name plus version."""
+        name, selector = parse_ref(ref, version)
+        with self.engine.connect() as conn:
+            number = self._resolve(conn, name, selector)
+            return self._load_version(conn, name, number)
+
+    def versions(self, name: str) -> list[ModelVersion]:
+        with self.engine.connect() as conn:
+            numbers = (
+                conn.execute(
+                    sa.select(db.versions.c.version)
+                    .where(db.versions.c.name == name)
+                    .order_by(db.versions.c.version)
+                )
+                .scalars()
+                .all()
+            )
+            if not numbers:
+                raise ModelNotFoundError(f"no model named {name!r} in the registry {self.uri}")
+            return [self._load_version(conn, name, n) for n in numbers]
+
+    def list(self) -> list[ModelVersion]:
+        """The latest version of every model, by name."""
+        with self.engine.connect() as conn:
+            latest = conn.execute(
+                sa.select(db.versions.c.name, sa.func.max(db.versions.c.version))
+                .group_by(db.versions.c.name)
+                .order_by(db.versions.c.name)
+            ).all()
+            return [self._load_version(conn, name, number) for name, number in latest]
+
+    def load(
+        self,
+        ref: str,
+        *,
+        version: int | None = None,
+        device: str = "auto",
+        backend: str = "auto",
+        strategy: str = "auto",
+        trusted: bool = False,
+    ) -> CompiledModel:
+        """The version's model, checked against its sha256 and compiled."""
+        mv = self.get(ref, version=version)
+        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
+        model, forest = restore_model(mv.schema, data, trusted=trusted)
+        cm = compile_imported(model, forest, backend=backend, device=device, strategy=strategy)
+        cm.origin = {"name": mv.name, "version": mv.version, "sha256": mv.sha256}
+        return cm
+
+    def verify(
+        self, ref: str, *, version: int | None = None, devices: Sequence[str] | None = None
+    ) -> ModelVersion:
+        """Re-run parity verification here (e.g. on a GPU machine) and record it."""
+        mv = self.get(ref, version=version)
+        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
+        model, forest = restore_model(mv.schema, data)
+        checks = verify_model(model, forest, sample=self._sample(mv), devices=list(devices or []))
+        with self.engine.begin() as conn:
+            self._write_checks(conn, self._version_id(conn, mv.name, mv.version), checks)
+        return self.get(mv.name, version=mv.version)
+
+    def bundle(self, ref: str, *, version: int | None = None) -> Bundle:
+        """The version as a checksummed payload a worker compiles without this registry."""
+        mv = self.get(ref, version=version)
+        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
+        manifest = {
+            "format": "scoring-bundle",
+            "format_version": BUNDLE_FORMAT_VERSION,
+            "name": mv.name,
+            "version": mv.version,
+            "sha256": mv.sha256,
+            "filename": FILENAMES[mv.schema.framework],
+            "created_at": mv.created_at.isoformat(),
+            "schema": mv.schema.model_dump(mode="json"),
+        }
+        return Bundle(manifest=manifest, model_bytes=data)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _resolve(self, conn: Any, name: str, selector: str | int) -> int:
+        if isinstance(selector, int):
+            return selector
+        if selector == "latest":
+            found = conn.execute(
+                sa.select(sa.func.max(db.versions.c.version)).where(db.versions.c.name == name)
+            ).scalar()
+            if found is None:
+                raise ModelNotFoundError(f"no model named {name!r} in the registry {self.uri}")
+            return int(found)
+        found = conn.execute(
+            sa.select(db.aliases.c.version).where(
+                (db.aliases.c.name == name) & (db.aliases.c.alias == selector)
+            )
+        ).scalar()
+        if found is None:
+            raise ModelNotFoundError(
+                f"model {name!r} has no alias {selector!r} in the registry {self.uri}"
+            )
+        return int(found)
+
+    def _version_id(self, conn: Any, name: str, version: int) -> int:
+        vid = conn.execute(
+            sa.select(db.versions.c.id).where(
+                (db.versions.c.name == name) & (db.versions.c.version == version)
+            )
+        ).scalar()
+        if vid is None:
+            raise ModelNotFoundError(f"model {name!r} has no version {version} in {self.uri}")
+        return int(vid)
+
+    def _load_version(self, conn: Any, name: str, version: int) -> ModelVersion:
+        vid = self._version_id(conn, name, version)
+        row = conn.execute(sa.select(db.versions).where(db.versions.c.id == vid)).one()
+        tags = conn.execute(
+            sa.select(db.tags.c.key, db.tags.c.value).where(db.tags.c.version_id == vid)
+        ).all()
+        checks = (
+            conn.execute(
+                sa.select(db.verifications.c.result_json).where(
+                    db.verifications.c.version_id == vid
+                )
+            )
+            .scalars()
+            .all()
+        )
+        names = (
+            conn.execute(
+                sa.select(db.aliases.c.alias).where(
+                    (db.aliases.c.name == name) & (db.aliases.c.version == version)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        verification = [Verification.model_validate_json(c) for c in checks]
+        created = row.created_at
+        return ModelVersion(
+            name=name,
+            version=version,
+            artifact_uri=self.store.uri(row.artifact_path),
+            sha256=row.sha256,
+            schema=ModelSchema.model_validate_json(row.schema_json),
+            verification={v.device_type: v for v in verification},
+            created_at=created if created.tzinfo else created.replace(tzinfo=timezone.utc),
+            tags=dict(tags),
+            description=row.description,
+            aliases=sorted(names),
+        )
+
+    def _artifact_path(self, mv: ModelVersion) -> str:
+        return self.store.key_for(mv.sha256, FILENAMES[mv.schema.framework])
+
+    def _sample(self, mv: ModelVersion) -> Any:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(db.versions.c.sample_path, db.versions.c.sample_sha256).where(
+                    db.versions.c.id == self._version_id(conn, mv.name, mv.version)
+                )
+            ).one()
+        if row.sample_path is None:
+            return None
+        data = self.store.get(row.sample_path, sha256=row.sample_sha256)
+        if row.sample_path.endswith(".npy"):
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        return pq.read_table(io.BytesIO(data)).to_pandas()
+
+
+def _read_sample(sample: Any) -> Any:
+    """A sample given as a Parquet path is read; any other input is kept as is."""
+    if isinstance(sample, (str, os.PathLike)):
+        return pq.read_table(sample).to_pandas()
+    if isinstance(sample, (pa.Table, pa.RecordBatch)):
+        return sample.to_pandas()
+    return sample
+
+
+def _sample_bytes(sample: Any) -> tuple[bytes, str]:
+    """The first SAMPLE_ROWS rows as Parquet (frames) or .npy (arrays), pickle-free."""
+    buf = io.BytesIO()
+    if isinstance(sample, pd.DataFrame):
+        pq.write_table(pa.Table.from_pandas(sample.head(SAMPLE_ROWS), preserve_index=False), buf)
+        return buf.getvalue(), "sample.parquet"
+    np.save(buf, np.asarray(sample)[:SAMPLE_ROWS], allow_pickle=False)
+    return buf.getvalue(), "sample.npy"

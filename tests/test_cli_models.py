@@ -1,0 +1,73 @@
+"""``scoring models ...`` through the real command line parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from scoring.cli import app
+from scoring.registry.verify import probe_frame
+
+from .conftest import built
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def model_file(tmp_path: Path) -> Path:
+    model, _, _ = built("lgb_clf")
+    path = tmp_path / "churn.txt"
+    model.booster_.save_model(path)
+    return path
+
+
+def test_register_list_show_alias_verify(
+    tmp_path: Path, model_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCORING_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per model
+    _, forest, _ = built("lgb_clf")
+    sample = tmp_path / "sample.parquet"
+    pq.write_table(pa.Table.from_pandas(probe_frame(forest, n_rows=200)), sample)
+
+    out = runner.invoke(
+        app, ["models", "register", str(model_file), "--name", "churn", "--sample", str(sample),
+              "--tag", "team=risk"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert out.stdout.strip().splitlines()[-1] == "churn@1"
+
+    out = runner.invoke(app, ["models", "alias", "churn", "production", "1"])
+    assert out.exit_code == 0, out.output
+
+    out = runner.invoke(app, ["models", "show", "churn@production"])
+    shown = json.loads(out.stdout)
+    assert shown["version"] == 1 and shown["aliases"] == ["production"]
+    assert shown["tags"] == {"team": "risk"} and shown["verification"]["cpu"]["passed"]
+    assert shown["schema"]["framework"] == "lightgbm"
+
+    out = runner.invoke(app, ["models", "list"])
+    assert out.exit_code == 0 and "churn" in out.stdout and "production->1" in out.stdout
+
+    out = runner.invoke(app, ["models", "verify", "churn@1"])
+    assert out.exit_code == 0 and "passed" in out.stdout and "2248 rows" in out.stdout
+
+
+def test_errors_are_one_line_with_exit_1(tmp_path: Path) -> None:
+    registry = ["--registry", str(tmp_path / "reg")]
+    out = runner.invoke(app, ["models", "show", "ghost@production", *registry])
+    assert out.exit_code == 1
+    assert out.stderr.strip().count("\n") == 0 and "'ghost'" in out.stderr
+
+    pickle = tmp_path / "m.pkl"
+    pickle.write_bytes(b"not read")
+    out = runner.invoke(app, ["models", "register", str(pickle), "--name", "m", *registry])
+    assert out.exit_code == 1 and "pickle" in out.stderr
+
+    out = runner.invoke(app, ["models", "register", str(pickle), "--name", "m", "--tag", "x"])
+    assert out.exit_code == 2 and "KEY=VALUE" in out.stderr

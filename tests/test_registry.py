@@ -1,0 +1,207 @@
+"""The registry on a local root and on a ``memory://`` root, with the same tests."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from pathlib import Path
+from typing import Any
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.linear_model import LinearRegression
+
+import scoring
+from scoring.errors import (
+    IntegrityError,
+    ModelNotFoundError,
+    RegistryAccessError,
+    RegistryError,
+    UnsupportedModelError,
+    UntrustedModelError,
+    VerificationError,
+)
+from scoring.registry import Bundle
+from scoring.registry.verify import probe_frame
+
+from .conftest import built
+
+
+@pytest.fixture(params=["local", "memory"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> scoring.Registry:
+    if request.param == "local":
+        return scoring.Registry(tmp_path / "registry")
+    return scoring.Registry(f"memory://registry-{uuid.uuid4().hex}")
+
+
+def _artifact_files(reg: scoring.Registry) -> list[str]:
+    root = f"{reg.store.root}/artifacts"
+    if not reg.store.fs.exists(root):
+        return []
+    return [p for p in reg.store.fs.find(root) if not p.endswith("/")]
+
+
+def test_versions_and_aliases(registry: scoring.Registry) -> None:
+    model, _, _ = built("xgb_clf")
+    v1 = registry.register("churn", model, tags={"team": "risk"}, description="first")
+    v2 = registry.register("churn", built("lgb_clf")[0])
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.verified and v1.tags == {"team": "risk"} and v1.description == "first"
+    assert v1.schema.framework == "xgboost" and v2.schema.model_kind == "LGBMClassifier"
+    assert registry.get("churn").version == 2  # a bare name is the latest version
+    assert registry.get("churn@1").sha256 == v1.sha256
+    assert registry.get("churn", version=2).sha256 == v2.sha256
+
+    registry.set_alias("churn", "production", 1)
+    assert registry.get("churn@production").version == 1
+    registry.set_alias("churn", "production", 2)  # aliases move
+    assert registry.get("churn@production").version == 2
+    assert registry.get("churn@2").aliases == ["production"]
+    registry.set_tag("churn@1", "owner", "ana")
+    assert registry.get("churn@1").tags == {"team": "risk", "owner": "ana"}
+
+    assert [mv.version for mv in registry.versions("churn")] == [1, 2]
+    assert [mv.ref for mv in registry.list()] == ["churn@2"]
+
+    with pytest.raises(RegistryError, match="production"):
+        registry.delete_version("churn", 2)  # an alias points to it
+    registry.delete_version("churn", 1)
+    assert [mv.version for mv in registry.versions("churn")] == [2]
+    assert registry.register("churn", model).version == 3  # numbers are never reused
+    registry.delete_alias("churn", "production")
+    with pytest.raises(ModelNotFoundError, match="production"):
+        registry.get("churn@production")
+
+
+def test_unknown_names_and_aliases_are_typed(registry: scoring.Registry) -> None:
+    with pytest.raises(ModelNotFoundError, match="'nope'"):
+        registry.get("nope@production")
+    registry.register("known", built("xgb_reg")[0])
+    with pytest.raises(ModelNotFoundError, match="'staging'"):
+        registry.get("known@staging")
+    with pytest.raises(ModelNotFoundError, match="version 7"):
+        registry.get("known@7")
+    with pytest.raises(ModelNotFoundError, match=r"'known'.*'gone'"):
+        registry.delete_alias("known", "gone")
+    with pytest.raises(RegistryError, match="not valid"):
+        registry.register("bad/name", built("xgb_reg")[0])
+    with pytest.raises(RegistryError, match="reserved"):
+        registry.set_alias("known", "12", 1)
+
+
+@pytest.mark.parametrize("name", ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "sk_hgb_frame"])
+def test_parity_after_load(registry: scoring.Registry, name: str) -> None:
+    model, forest, native = built(name)
+    registry.register(name, model)
+    X = probe_frame(forest)
+    for backend in ("tensor", "native"):
+        cm = registry.load(f"{name}@1", backend=backend, device="cpu")
+        assert cm.origin["version"] == 1 and cm.forest.model_kind == forest.model_kind
+        if forest.task in ("binary", "multiclass"):
+            np.testing.assert_allclose(cm.predict_proba(X), native.predict_proba(X), atol=1e-5)
+        if forest.predict_returns == "label":
+            np.testing.assert_array_equal(cm.predict(X), native.predict(X))
+        else:
+            np.testing.assert_allclose(cm.predict(X), native.predict(X), rtol=1e-5, atol=1e-5)
+
+
+def test_flipped_byte_is_refused(registry: scoring.Registry) -> None:
+    mv = registry.register("m", built("lgb_reg")[0])
+    (artifact,) = [p for p in _artifact_files(registry) if "/model." in p]
+    data = bytearray(registry.store.fs.cat_file(artifact))
+    data[len(data) // 2] ^= 0x01
+    registry.store.fs.pipe_file(artifact, bytes(data))
+    with pytest.raises(IntegrityError, match=mv.sha256):
+        registry.load("m@1")
+    with pytest.raises(IntegrityError):
+        registry.bundle("m@1")
+
+
+def test_unsupported_or_untrusted_models_store_nothing(
+    registry: scoring.Registry, tmp_path: Path
+) -> None:
+    with pytest.raises(UnsupportedModelError):
+        registry.register("lin", LinearRegression().fit(np.eye(3), [1.0, 2.0, 3.0]))
+    path = tmp_path / "model.pkl"
+    joblib.dump(built("sk_rf_clf")[0], path)
+    with pytest.raises(UntrustedModelError, match="pickle"):
+        registry.register("pickled", path)
+    assert _artifact_files(registry) == []
+    with pytest.raises(ModelNotFoundError):
+        registry.versions("pickled")
+    mv = registry.register("pickled", path, trusted=True)
+    assert mv.version == 1 and mv.artifact_uri.endswith("model.skops")
+
+
+def test_failed_verification_blocks_promotion(
+    registry: scoring.Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("scoring.registry.verify.TOLERANCE", -1.0)  # nothing can pass
+    mv = registry.register("m", built("xgb_reg")[0])
+    assert not mv.verified and not mv.verification["cpu"].passed
+    with pytest.raises(VerificationError, match="m@1"):
+        registry.set_alias("m", "production", 1)
+    registry.set_alias("m", "production", 1, force=True)
+    assert registry.get("m@production").version == 1
+
+
+def test_bundle_compiles_without_the_registry(registry: scoring.Registry) -> None:
+    model, forest, native = built("lgb_cat_frame")
+    registry.register("b", model)
+    payload = registry.bundle("b@1").to_bytes()
+    registry.engine.dispose()
+    bundle = Bundle.from_bytes(payload)
+    assert bundle.ref == "b@1" and bundle.manifest["format_version"] == 1
+    X = probe_frame(forest)
+    cm = bundle.compile(backend="tensor", device="cpu")
+    np.testing.assert_array_equal(cm.predict(X), native.predict(X))
+    broken = bytearray(payload)
+    broken[payload.index(b"tree\n") + 20] ^= 0x01  # a byte inside the model text
+    with pytest.raises(IntegrityError, match="corrupted"):
+        Bundle.from_bytes(bytes(broken))
+    swapped = Bundle(
+        manifest=bundle.manifest, model_bytes=bundle.model_bytes.replace(b"tree\n", b"tree \n", 1)
+    )
+    with pytest.raises(IntegrityError, match="b@1"):
+        swapped.compile()
+
+
+def test_sample_is_verified_and_kept(registry: scoring.Registry) -> None:
+    model, forest, _ = built("sk_hgb_frame")
+    X = probe_frame(forest, n_rows=300)
+    mv = registry.register("s", model, sample=X)
+    assert mv.verification["cpu"].rows == 2048 + 300
+    again = registry.verify("s@1")
+    assert again.verified and again.verification["cpu"].rows == 2048 + 300
+
+
+def test_registry_root_not_writable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(RegistryAccessError, match="not writable"):
+        scoring.Registry(blocker / "registry")
+
+
+def test_scoring_home_is_the_default_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCORING_HOME", str(tmp_path / "home"))
+    scoring.Registry().register("m", built("xgb_reg")[0])
+    assert (tmp_path / "home" / "registry.db").is_file()
+    assert scoring.Registry(tmp_path / "home").get("m").version == 1
+
+
+def _register_from(args: tuple[str, str]) -> int:
+    root, path = args
+    return scoring.Registry(root).register("shared", path).version
+
+
+def test_concurrent_registrations_take_distinct_numbers(tmp_path: Path) -> None:
+    model, _, _ = built("xgb_reg")
+    path = tmp_path / "model.json"
+    model.save_model(path)
+    root = str(tmp_path / "registry")  # created by whichever process comes first
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(8) as pool:
+        got: list[Any] = pool.map(_register_from, [(root, str(path))] * 8)
+    assert sorted(got) == list(range(1, 9))
+    assert [mv.version for mv in scoring.Registry(root).versions("shared")] == list(range(1, 9))
