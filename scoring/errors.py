@@ -17,6 +17,8 @@ __all__ = [
     "MissingColumnError",
     "NonNumericColumnError",
     "InvalidValueError",
+    "InputFileError",
+    "OutputError",
     "CompileError",
     "ResourceLimitError",
     "ParityError",
@@ -63,6 +65,14 @@ class NonNumericColumnError(InputError):
 
 class InvalidValueError(InputError):
     """Values the native predictor rejects (NaN, inf), which we refuse as it does."""
+
+
+class InputFileError(InputError):
+    """An input file or dataset is missing, unreadable or corrupt."""
+
+
+class OutputError(ScoringError):
+    """The output location cannot take this run (foreign files, another completed run)."""
 
 
 class CompileError(ScoringError):

@@ -27,7 +27,7 @@ from .errors import (
 )
 from .ir import Forest
 
-__all__ = ["prepare", "feature_names"]
+__all__ = ["prepare", "feature_names", "select_columns"]
 
 _AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -71,7 +71,8 @@ def _check_count(n_columns: int, forest: Forest) -> None:
         )
 
 
-def _select(columns: Sequence[str], forest: Forest) -> list[int | str]:
+def select_columns(columns: Sequence[str], forest: Forest) -> list[int | str]:
+    """The input columns holding the model's features, by name (or all, by position)."""
     names = feature_names(forest)
     if names is None:
         _check_count(len(columns), forest)
@@ -122,7 +123,7 @@ def _from_torch(X: torch.Tensor, forest: Forest) -> torch.Tensor:
 
 
 def _pandas_columns(df: pd.DataFrame, forest: Forest) -> list[np.ndarray]:
-    keys = _select([str(c) for c in df.columns], forest)
+    keys = select_columns([str(c) for c in df.columns], forest)
     by_name = {str(c): c for c in df.columns}
     cols = []
     for j, key in enumerate(keys):
@@ -151,12 +152,15 @@ def _series_as_float(series: pd.Series, j: int, forest: Forest) -> np.ndarray:
 
 
 def _arrow_columns(table: pa.Table | pa.RecordBatch, forest: Forest) -> list[np.ndarray]:
-    keys = _select(table.schema.names, forest)
+    keys = select_columns(table.schema.names, forest)
     cols = []
     for j, key in enumerate(keys):
         col = table.column(key)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
+        if pa.types.is_dictionary(col.type) and j in forest.categories:
+            cols.append(_series_as_float(pd.Series(col.to_pandas()), j, forest))
+            continue  # labels -> the model's codes, as for pandas categories
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):

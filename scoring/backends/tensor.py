@@ -35,9 +35,13 @@ class TensorBackend:
         """Margins ``[B, K]`` on the device (base score included, before the link)."""
         return self.module(self._tensor(mat))
 
+    def transform(self, margins: torch.Tensor) -> torch.Tensor:
+        """Margins -> the model's output space (probabilities, values, scores)."""
+        return transform(self.forest, margins)
+
     @torch.inference_mode()
     def values(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
-        return transform(self.forest, self.margins(mat)).cpu().numpy()
+        return self.transform(self.margins(mat)).cpu().numpy()
 
     def predict_raw(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         if self.forest.post_transform == "isolation":  # its raw score: decision_function

@@ -7,10 +7,12 @@ import typer
 
 from .demo import demo
 from .models import models_app
+from .score import score
 
 __all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app.command()(score)
 app.command()(demo)
 app.add_typer(models_app, name="models")
 

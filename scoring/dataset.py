@@ -1,0 +1,147 @@
+"""Parquet input on any fsspec filesystem, read as a stream of record batches.
+
+An input is a file, a directory, a glob or a hive-partitioned tree (``key=value/``
+directories become columns).  Files whose names start with ``_`` or ``.`` are skipped,
+as Spark and pyarrow do.  Row counts come from the Parquet footers, so nothing is read
+until scoring starts; a file whose footer cannot be read is named in the error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+from fsspec.implementations.local import LocalFileSystem
+
+from .errors import InputError, InputFileError
+
+__all__ = ["Fragment", "InputDataset", "arrow_filesystem", "open_input"]
+
+_GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One input file: its rows (from the footer) and where its output goes."""
+
+    index: int
+    path: str
+    relpath: str  # relative to the input's base directory; names the output file
+    rows: int
+    fingerprint: str  # path, size and modification time: a changed file is rescored
+
+
+@dataclass
+class InputDataset:
+    url: str
+    fs: Any
+    dataset: pads.Dataset
+    fragments: list[Fragment]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.dataset.schema
+
+    @property
+    def partition_columns(self) -> list[str]:
+        """Columns that come from ``key=value`` directories, not from the files."""
+        physical = set(self._pieces()[0].physical_schema.names)
+        return [n for n in self.schema.names if n not in physical]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.fragments)
+
+    def batches(
+        self, fragment: Fragment, *, columns: Sequence[str], batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The fragment's rows in file order, ``batch_rows`` at a time."""
+        piece = self._pieces()[fragment.index]
+        try:
+            yield from piece.to_batches(
+                columns=list(columns), schema=self.schema, batch_size=batch_rows, use_threads=True
+            )
+        except (OSError, pa.ArrowException) as exc:
+            raise InputFileError(
+                f"cannot read Parquet file {fragment.path!r}: {exc}; fix or remove the file"
+            ) from exc
+
+    def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
+        """Up to ``rows`` rows of the first non-empty file (for checks before writing)."""
+        first = next(f for f in self.fragments if f.rows > 0)
+        batches = self.batches(first, columns=columns, batch_rows=rows)
+        return pa.Table.from_batches([next(batches)])
+
+    def _pieces(self) -> list[Any]:
+        if not hasattr(self, "_cached_pieces"):
+            self._cached_pieces = list(self.dataset.get_fragments())
+        return self._cached_pieces
+
+
+def arrow_filesystem(fs: Any) -> pafs.FileSystem:
+    """pyarrow's own local filesystem where possible (faster), else fsspec wrapped."""
+    if isinstance(fs, LocalFileSystem):
+        return pafs.LocalFileSystem()
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def open_input(url: str) -> InputDataset:
+    """Discover the input's files and read their footers; raise naming what is wrong."""
+    fs, path = fsspec.core.url_to_fs(str(url))
+    path = path.rstrip("/") or "/"
+    if _GLOB_CHARS & set(path):
+        files = sorted(p for p in fs.glob(path) if fs.isfile(p))
+        base = _glob_base(path)
+    elif fs.isdir(path):
+        files, base = None, path
+    elif fs.isfile(path):
+        files, base = [path], path.rsplit("/", 1)[0]
+    else:
+        raise InputFileError(f"input {url!r} does not exist")
+    if files is not None and not files:
+        raise InputError(f"input {url!r} matches no files")
+    try:
+        dataset = pads.dataset(
+            files if files is not None else path,
+            filesystem=arrow_filesystem(fs),
+            format="parquet",
+            partitioning="hive",
+            partition_base_dir=base if files is not None else None,
+        )
+    except (OSError, pa.ArrowException) as exc:
+        raise InputFileError(f"cannot read the Parquet input {url!r}: {exc}") from exc
+    fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(dataset.get_fragments())]
+    if not fragments or not any(f.rows for f in fragments):
+        raise InputError(f"input {url!r} holds no rows: nothing to score")
+    return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments)
+
+
+def _glob_base(pattern: str) -> str:
+    parts = pattern.split("/")
+    fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if _GLOB_CHARS & set(p))]]
+    return "/".join(fixed) or "/"
+
+
+def _fragment(index: int, piece: Any, fs: Any, base: str) -> Fragment:
+    try:
+        rows = int(piece.metadata.num_rows)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputFileError(
+            f"Parquet file {piece.path!r} is corrupt or unreadable ({exc}); fix or remove it"
+        ) from exc
+    info = fs.info(piece.path)
+    stamp = f"{piece.path}|{info.get('size')}|{info.get('mtime') or info.get('LastModified')}"
+    relpath = piece.path[len(base) :].lstrip("/") if piece.path.startswith(base) else piece.path
+    return Fragment(
+        index=index,
+        path=piece.path,
+        relpath=relpath,
+        rows=rows,
+        fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
+    )

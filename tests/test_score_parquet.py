@@ -1,0 +1,297 @@
+"""score_parquet and ``scoring score`` on the local engine, held to the native predictor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import scoring
+from scoring.cli import app
+from scoring.errors import InputError, MissingColumnError, OutputError
+from scoring.registry.verify import probe_frame
+from scoring.scorer import Scorer
+
+from .conftest import built
+
+runner = CliRunner()
+FRAMEWORK_MODELS = ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "lgb_reg", "sk_hgb_frame",
+                    "sk_rf_clf", "sk_iforest"]  # fmt: skip
+
+
+def write_input(frame: pd.DataFrame, root: Path, *, files: int = 3) -> pd.DataFrame:
+    """``frame`` plus an ``id`` column, split over ``files`` Parquet files."""
+    frame = frame.copy()
+    frame["id"] = np.arange(len(frame))
+    root.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(len(frame)), files)):
+        table = pa.Table.from_pandas(frame.iloc[part], preserve_index=False)
+        pq.write_table(table, root / f"part-{i}.parquet", row_group_size=500)
+    return frame
+
+
+def model_frame(name: str, rows: int = 3000) -> tuple[Any, pd.DataFrame]:
+    model, forest, _ = built(name)
+    X = probe_frame(forest, n_rows=rows)
+    if not isinstance(X, pd.DataFrame):
+        X = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    if not forest.accepts_inf:
+        X = X.replace([np.inf, -np.inf], np.nan)
+    return model, X
+
+
+def native_columns(name: str, X: pd.DataFrame) -> dict[str, np.ndarray]:
+    _, forest, native = built(name)
+    features = X if forest.feature_names else X.to_numpy()
+    if forest.task in ("binary", "multiclass"):
+        proba = native.predict_proba(features)
+        labels = forest.classes if forest.classes is not None else np.arange(proba.shape[1])
+        out = {"label": np.asarray(labels)[proba.argmax(axis=1)]}
+        if forest.task == "binary":
+            out["probability"] = proba[:, 1]
+        else:
+            out.update({f"probability_{c}": proba[:, i] for i, c in enumerate(labels)})
+        return out
+    return {"prediction": native.predict(features)}
+
+
+@pytest.mark.parametrize("backend", ["tensor", "native"])
+@pytest.mark.parametrize("name", FRAMEWORK_MODELS)
+def test_output_matches_native(tmp_path: Path, name: str, backend: str) -> None:
+    model, X = model_frame(name)
+    frame = write_input(X, tmp_path / "in")
+    result = scoring.score_parquet(
+        tmp_path / "in", tmp_path / "out", model, keep=["id"], backend=backend, progress=False
+    )
+    assert result.rows == len(frame) and result.backend == backend
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    np.testing.assert_array_equal(out["id"], frame["id"])  # every row, in order
+    for col, ref in native_columns(name, X).items():
+        if out[col].dtype.kind == "f":
+            np.testing.assert_allclose(out[col], ref, rtol=1e-5, atol=1e-5, err_msg=col)
+        else:
+            np.testing.assert_array_equal(out[col], ref, err_msg=col)
+
+
+def test_registered_model_metadata_and_manifest(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_clf", rows=2000)
+    reg = scoring.Registry(tmp_path / "reg")
+    mv = reg.register("churn", model)
+    reg.set_alias("churn", "production", 1)
+    write_input(X, tmp_path / "in", files=2)
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", "churn@production",
+                          registry=reg, keep=["id"], outputs="raw", progress=False)  # fmt: skip
+    meta = pq.read_schema(tmp_path / "out" / "part-0.parquet").metadata
+    assert meta[b"scoring.model"] == b"churn@1"
+    assert meta[b"scoring.model.sha256"] == mv.sha256.encode()
+    assert meta[b"scoring.version"] == scoring.__version__.encode()
+    assert {b"scoring.backend", b"scoring.device"} <= set(meta)
+    assert pq.read_schema(tmp_path / "out" / "part-0.parquet").names == [
+        "id", "probability", "label", "raw"]  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
+    assert manifest["rows"] == 2000 and len(manifest["fragments"]) == 2
+    for entry in manifest["fragments"]:
+        data = (tmp_path / "out" / entry["output"]).read_bytes()
+        assert len(data) == entry["bytes"]
+        assert pq.read_metadata(tmp_path / "out" / entry["output"]).num_rows == entry["rows"]
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert not (tmp_path / "out" / "_temporary").exists()
+
+
+def test_nulls_ints_and_categories(tmp_path: Path) -> None:
+    model, forest, native = built("lgb_cat_frame")
+    X = probe_frame(forest, n_rows=1000)
+    labels = list(forest.categories[0])
+    # The same data as Arrow would carry it: dictionary-encoded category labels (some
+    # never seen in training), nullable ints with nulls, and float nulls.
+    cats = [None if pd.isna(v) else float(v) for v in X["feat_0"]]
+    table = pa.table({
+        "feat_0": pa.array(cats).dictionary_encode(),
+        **{c: pa.array(X[c].to_numpy(), from_pandas=True) for c in X.columns[1:]},
+        "id": pa.array(np.arange(len(X))),
+    })  # fmt: skip
+    table = table.set_column(1, "feat_1", pa.array(
+        [None if np.isnan(v) or not np.isfinite(v) else int(v) for v in X["feat_1"]],
+        type=pa.int64()))  # fmt: skip
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "data.parquet")
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id", "feat_0"],
+                          backend="tensor", progress=False)  # fmt: skip
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    ref = X.copy()
+    ref["feat_0"] = pd.Categorical(
+        [float(v) if v in labels else np.nan for v in cats], categories=forest.categories[0]
+    )
+    ref["feat_1"] = [np.nan if not np.isfinite(v) else float(int(v)) for v in X["feat_1"]]
+    np.testing.assert_allclose(
+        np.column_stack([out[f"probability_{c}"] for c in forest.classes]),
+        native.predict_proba(ref), atol=1e-6,
+    )  # fmt: skip
+    kept = out["feat_0"].astype(object)
+    assert kept.where(kept.notna(), None).tolist() == cats
+    assert any(c is not None and c not in labels for c in cats)  # unseen ones were there
+
+
+def test_hive_partitions_glob_and_memory_filesystem(tmp_path: Path) -> None:
+    import fsspec
+
+    model, X = model_frame("xgb_reg", rows=900)
+    X["id"] = np.arange(len(X))
+    fs = fsspec.filesystem("memory")
+    for day, part in zip(["2026-11-20", "2026-11-21"], np.array_split(X, 2), strict=True):
+        with fs.open(f"/hive/date={day}/part-0.parquet", "wb") as f:
+            pq.write_table(pa.Table.from_pandas(part, preserve_index=False), f)
+    scoring.score_parquet("memory://hive", "memory://scored", model, keep=["id", "date"],
+                          progress=False)  # fmt: skip
+    assert fs.exists("/scored/_SUCCESS")
+    assert fs.exists("/scored/date=2026-11-21/part-0.parquet")
+    with fs.open("/scored/date=2026-11-20/part-0.parquet", "rb") as f:
+        first = pq.read_table(f).to_pandas()
+    assert set(first["date"]) == {"2026-11-20"} and len(first) == 450
+    glob = scoring.score_parquet("memory://hive/date=*/*.parquet", "memory://globbed", model,
+                                 keep=["id"], progress=False)  # fmt: skip
+    assert glob.rows == 900 and glob.files == 2
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import os, sys
+    import scoring
+    from scoring.commit import Committer
+    finish = Committer.finish
+    calls = []
+    def dying_finish(self, *args, **kwargs):
+        if len(calls) == 2:
+            os._exit(9)  # killed between files: two are staged and journaled
+        calls.append(1)
+        return finish(self, *args, **kwargs)
+    Committer.finish = dying_finish
+    scoring.score_parquet(sys.argv[1], sys.argv[2], sys.argv[3], keep=["id"], progress=False)
+""")
+
+
+def test_killed_run_resumes_and_publishes_every_row_once(tmp_path: Path) -> None:
+    model, X = model_frame("lgb_reg", rows=5000)
+    write_input(X, tmp_path / "in", files=5)
+    model.booster_.save_model(tmp_path / "model.txt")
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "model.txt")]
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT, *args], capture_output=True)
+    assert killed.returncode == 9, killed.stderr.decode()[-2000:]
+    out = tmp_path / "out"
+    assert not (out / "_SUCCESS").exists()
+    assert not list(out.glob("*.parquet"))  # nothing published
+    assert len(list((out / "_temporary" / "_journal").glob("*.json"))) == 2
+
+    result = scoring.score_parquet(*args, keep=["id"], progress=False)
+    assert result.rows_skipped == 2000 and result.rows == 3000
+    ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(5000))
+    assert (out / "_SUCCESS").exists() and not (out / "_temporary").exists()
+    again = scoring.score_parquet(*args, keep=["id"], progress=False)
+    assert again.already_complete
+    with pytest.raises(OutputError, match="another model or input"):
+        scoring.score_parquet(*args, keep=["id"], outputs="raw", progress=False)
+
+
+def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, X = model_frame("xgb_clf", rows=1000)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    scorer = Scorer(cm)
+    whole = scorer.score(pa.Table.from_pandas(X))
+    once = scorer._tensor_once
+    sizes = []
+
+    def small_device(mat: Any) -> Any:
+        sizes.append(len(mat))
+        if len(mat) > 300:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return once(mat)
+
+    monkeypatch.setattr(scorer, "_tensor_once", small_device)
+    split = scorer.score(pa.Table.from_pandas(X))
+    np.testing.assert_allclose(split["probability"], whole["probability"], atol=1e-6)
+    assert split["label"].equals(whole["label"]) and split.num_rows == 1000
+    assert max(s for s in sizes if s <= 300) == 250
+
+
+def _cli_score(*args: str) -> Any:
+    return runner.invoke(app, ["score", *args])
+
+
+@pytest.mark.parametrize("problem", ["missing", "text", "corrupt", "empty", "alias", "keep"])
+def test_bad_input_fails_with_one_line_and_publishes_nothing(tmp_path: Path, problem: str) -> None:
+    model, X = model_frame("lgb_cat_frame", rows=600)  # a model with feature names
+    reg = scoring.Registry(tmp_path / "reg")
+    reg.register("m", model)
+    if problem == "missing":
+        X = X.drop(columns=["feat_3"])
+    if problem == "text":
+        X["feat_2"] = "abc"
+    frame = write_input(X, tmp_path / "in", files=2)
+    if problem == "corrupt":
+        (tmp_path / "in" / "part-1.parquet").write_bytes(b"PAR1 not really parquet")
+    if problem == "empty":
+        pq.write_table(pa.Table.from_pandas(frame.iloc[:0], preserve_index=False),
+                       tmp_path / "in" / "part-0.parquet")  # fmt: skip
+        pq.write_table(pa.Table.from_pandas(frame.iloc[:0], preserve_index=False),
+                       tmp_path / "in" / "part-1.parquet")  # fmt: skip
+    ref = "m@gone" if problem == "alias" else "m@1"
+    keep = "id,nope" if problem == "keep" else "id"
+    out = _cli_score(
+        "--model",
+        ref,
+        "--input",
+        str(tmp_path / "in"),
+        "--output",
+        str(tmp_path / "out"),
+        "--keep",
+        keep,
+        "--registry",
+        str(tmp_path / "reg"),
+    )
+    assert out.exit_code == 1, out.output
+    message = out.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message
+    expected = {"missing": "'feat_3'", "text": "'feat_2'", "corrupt": "part-1.parquet",
+                "empty": "no rows", "alias": "'gone'", "keep": "nope"}[problem]  # fmt: skip
+    assert expected in message
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_cli_scores_and_summarises(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_clf", rows=600)
+    scoring.Registry(tmp_path / "reg").register("m", model)
+    write_input(X, tmp_path / "in", files=1)
+    out = _cli_score(
+        "--model",
+        "m@1",
+        "--input",
+        str(tmp_path / "in"),
+        "--output",
+        str(tmp_path / "out"),
+        "--keep",
+        "id",
+        "--registry",
+        str(tmp_path / "reg"),
+    )
+    assert out.exit_code == 0, out.output
+    assert "600 rows" in out.stderr and "m@1" in out.stderr
+
+
+def test_scorer_refuses_kept_column_named_like_an_output() -> None:
+    cm = scoring.compile(built("xgb_clf")[0], backend="tensor", device="cpu")
+    with pytest.raises(InputError, match="probability"):
+        Scorer(cm, keep=["probability"])
+    with pytest.raises(MissingColumnError):
+        Scorer(scoring.compile(built("lgb_cat_frame")[0], backend="tensor")).score(
+            pa.table({"x": [1.0]}))  # fmt: skip
