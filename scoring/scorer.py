@@ -167,8 +167,12 @@ class Scorer:
         return self._tensor_pass(mat)
 
     def _native_pass(self, features: pa.RecordBatch | pa.Table) -> _Pass:
-        prepare(features, self.forest)  # the same typed errors as the tensor path
-        X = _native_frame(features)
+        mat = prepare(features, self.forest)  # the same typed errors as the tensor path
+        X: Any = mat
+        if self.forest.categorical_features:
+            X = _native_frame(features)  # categories go to the framework as labels
+        elif self.names:  # numbers only: the validated matrix, named without copies
+            X = pd.DataFrame(mat, columns=self.names, copy=False)
         values = (
             self.model.predict_proba(X)
             if self.forest.task in ("binary", "multiclass")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -10,10 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
@@ -22,6 +17,7 @@ from ..model import CompiledModel, compile_imported
 from . import db
 from .bundle import BUNDLE_FORMAT_VERSION, Bundle
 from .formats import FILENAMES, dump_model, restore_model
+from .samples import read_sample, sample_from_bytes, sample_to_bytes
 from .schema import ModelSchema, ModelVersion, Verification, schema_of
 from .storage import ArtifactStore, sha256_hex
 from .verify import verify_model
@@ -29,8 +25,6 @@ from .verify import verify_model
 __all__ = ["Registry", "parse_ref"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-#: Sample rows kept with a version, for re-verification on other devices.
-SAMPLE_ROWS = 10_000
 _INSERT_ATTEMPTS = 20
 
 
@@ -104,12 +98,12 @@ class Registry:
         schema = schema_of(forest)
         data = dump_model(model, forest)
         _, stored = restore_model(schema, data, trusted=trusted)
-        sample = _read_sample(sample)
+        sample = read_sample(sample)
         verification = verify_model(model, forest, sample=sample, candidate=stored)
         artifact = self.store.put(data, FILENAMES[schema.framework])
         sample_path = sample_sha = None
         if sample is not None:
-            sample_bytes, filename = _sample_bytes(sample)
+            sample_bytes, filename = sample_to_bytes(sample)
             sample_path = self.store.put(sample_bytes, filename)
             sample_sha = sha256_hex(sample_bytes)
         row = {
@@ -394,25 +388,4 @@ class Registry:
         if row.sample_path is None:
             return None
         data = self.store.get(row.sample_path, sha256=row.sample_sha256)
-        if row.sample_path.endswith(".npy"):
-            return np.load(io.BytesIO(data), allow_pickle=False)
-        return pq.read_table(io.BytesIO(data)).to_pandas()
-
-
-def _read_sample(sample: Any) -> Any:
-    """A sample given as a Parquet path is read; any other input is kept as is."""
-    if isinstance(sample, (str, os.PathLike)):
-        return pq.read_table(sample).to_pandas()
-    if isinstance(sample, (pa.Table, pa.RecordBatch)):
-        return sample.to_pandas()
-    return sample
-
-
-def _sample_bytes(sample: Any) -> tuple[bytes, str]:
-    """The first SAMPLE_ROWS rows as Parquet (frames) or .npy (arrays), pickle-free."""
-    buf = io.BytesIO()
-    if isinstance(sample, pd.DataFrame):
-        pq.write_table(pa.Table.from_pandas(sample.head(SAMPLE_ROWS), preserve_index=False), buf)
-        return buf.getvalue(), "sample.parquet"
-    np.save(buf, np.asarray(sample)[:SAMPLE_ROWS], allow_pickle=False)
-    return buf.getvalue(), "sample.npy"
+        return sample_from_bytes(data, row.sample_path)
