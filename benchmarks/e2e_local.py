@@ -131,11 +131,11 @@ def write_results(args: argparse.Namespace, rows: list, floor: dict) -> None:
              "| run | backend | rows | seconds | rows/s | vs floor time | peak RSS MiB |",
              "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for name, backend, n, m in rows:
-        ratio = m["seconds"] / floor["seconds"] if n == args.rows else float("nan")
+        ratio = f"{m['seconds'] / floor['seconds']:.2f}x" if n == args.rows else "-"
         shown = m.get("backend", backend)
         rate = n / m["seconds"]
         lines.append(f"| {name} | {shown} | {n:,} | {m['seconds']:.1f} | {rate:,.0f} | "
-                     f"{ratio:.2f}x | {m['peak_mib']:,.0f} |")  # fmt: skip
+                     f"{ratio} | {m['peak_mib']:,.0f} |")  # fmt: skip
     stages = ", ".join(f"{k} {floor[k]:.1f} s" for k in ("read", "predict", "write"))
     lines += ["", f"Floor stages: {stages}."]
     out.write_text("\n".join(lines) + "\n")
