@@ -43,6 +43,7 @@ class InputDataset:
     fs: Any
     dataset: pads.Dataset
     fragments: list[Fragment]
+    pieces: list[Any]  # pyarrow's fragment objects, in the order of ``fragments``
 
     @property
     def schema(self) -> pa.Schema:
@@ -51,7 +52,7 @@ class InputDataset:
     @property
     def partition_columns(self) -> list[str]:
         """Columns that come from ``key=value`` directories, not from the files."""
-        physical = set(self._pieces()[0].physical_schema.names)
+        physical = set(self.pieces[0].physical_schema.names)
         return [n for n in self.schema.names if n not in physical]
 
     @property
@@ -62,7 +63,7 @@ class InputDataset:
         self, fragment: Fragment, *, columns: Sequence[str], batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
         """The fragment's rows in file order, ``batch_rows`` at a time."""
-        piece = self._pieces()[fragment.index]
+        piece = self.pieces[fragment.index]
         try:
             yield from piece.to_batches(
                 columns=list(columns), schema=self.schema, batch_size=batch_rows, use_threads=True
@@ -77,11 +78,6 @@ class InputDataset:
         first = next(f for f in self.fragments if f.rows > 0)
         batches = self.batches(first, columns=columns, batch_rows=rows)
         return pa.Table.from_batches([next(batches)])
-
-    def _pieces(self) -> list[Any]:
-        if not hasattr(self, "_cached_pieces"):
-            self._cached_pieces = list(self.dataset.get_fragments())
-        return self._cached_pieces
 
 
 def arrow_filesystem(fs: Any) -> pafs.FileSystem:
@@ -116,10 +112,11 @@ def open_input(url: str) -> InputDataset:
         )
     except (OSError, pa.ArrowException) as exc:
         raise InputFileError(f"cannot read the Parquet input {url!r}: {exc}") from exc
-    fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(dataset.get_fragments())]
+    pieces = list(dataset.get_fragments())
+    fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     if not fragments or not any(f.rows for f in fragments):
         raise InputError(f"input {url!r} holds no rows: nothing to score")
-    return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments)
+    return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces)
 
 
 def _glob_base(pattern: str) -> str:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
 from ..importers import import_model, load_model_file
-from ..model import CompiledModel, compile_imported
+from ..model import CompiledModel
 from . import db
 from .bundle import BUNDLE_FORMAT_VERSION, Bundle
 from .formats import FILENAMES, dump_model, restore_model
@@ -199,15 +199,7 @@ class Registry:
         """Delete a version no alias points to (its artifact too, unless shared)."""
         with self.engine.begin() as conn:
             vid = self._version_id(conn, name, version)
-            held = (
-                conn.execute(
-                    sa.select(db.aliases.c.alias).where(
-                        (db.aliases.c.name == name) & (db.aliases.c.version == version)
-                    )
-                )
-                .scalars()
-                .all()
-            )
+            held = self._aliases_of(conn, name, version)
             if held:
                 raise RegistryError(
                     f"{name}@{version} is the target of alias(es) {', '.join(held)}: "
@@ -268,20 +260,16 @@ class Registry:
         trusted: bool = False,
     ) -> CompiledModel:
         """The version's model, checked against its sha256 and compiled."""
-        mv = self.get(ref, version=version)
-        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
-        model, forest = restore_model(mv.schema, data, trusted=trusted)
-        cm = compile_imported(model, forest, backend=backend, device=device, strategy=strategy)
-        cm.origin = {"name": mv.name, "version": mv.version, "sha256": mv.sha256}
-        return cm
+        return self.bundle(ref, version=version).compile(
+            device=device, backend=backend, strategy=strategy, trusted=trusted
+        )
 
     def verify(
         self, ref: str, *, version: int | None = None, devices: Sequence[str] | None = None
     ) -> ModelVersion:
         """Re-run parity verification here (e.g. on a GPU machine) and record it."""
         mv = self.get(ref, version=version)
-        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
-        model, forest = restore_model(mv.schema, data)
+        model, forest = restore_model(mv.schema, self._read(mv))
         checks = verify_model(model, forest, sample=self._sample(mv), devices=list(devices or []))
         with self.engine.begin() as conn:
             self._write_checks(conn, self._version_id(conn, mv.name, mv.version), checks)
@@ -290,7 +278,7 @@ class Registry:
     def bundle(self, ref: str, *, version: int | None = None) -> Bundle:
         """The version as a checksummed payload a worker compiles without this registry."""
         mv = self.get(ref, version=version)
-        data = self.store.get(self._artifact_path(mv), sha256=mv.sha256)
+        data = self._read(mv)
         manifest = {
             "format": "scoring-bundle",
             "format_version": BUNDLE_FORMAT_VERSION,
@@ -351,15 +339,6 @@ class Registry:
             .scalars()
             .all()
         )
-        names = (
-            conn.execute(
-                sa.select(db.aliases.c.alias).where(
-                    (db.aliases.c.name == name) & (db.aliases.c.version == version)
-                )
-            )
-            .scalars()
-            .all()
-        )
         verification = [Verification.model_validate_json(c) for c in checks]
         created = row.created_at
         return ModelVersion(
@@ -372,11 +351,18 @@ class Registry:
             created_at=created if created.tzinfo else created.replace(tzinfo=timezone.utc),
             tags=dict(tags),
             description=row.description,
-            aliases=sorted(names),
+            aliases=sorted(self._aliases_of(conn, name, version)),
         )
 
-    def _artifact_path(self, mv: ModelVersion) -> str:
-        return self.store.key_for(mv.sha256, FILENAMES[mv.schema.framework])
+    @staticmethod
+    def _aliases_of(conn: Any, name: str, version: int) -> Sequence[str]:
+        match = (db.aliases.c.name == name) & (db.aliases.c.version == version)
+        return list(conn.execute(sa.select(db.aliases.c.alias).where(match)).scalars().all())
+
+    def _read(self, mv: ModelVersion) -> bytes:
+        """The version's model bytes, refused unless they still have its sha256."""
+        key = self.store.key_for(mv.sha256, FILENAMES[mv.schema.framework])
+        return self.store.get(key, sha256=mv.sha256)
 
     def _sample(self, mv: ModelVersion) -> Any:
         with self.engine.connect() as conn:
