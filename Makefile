@@ -26,7 +26,13 @@ $(STAMP): pyproject.toml Makefile
 			$(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX)); \
 	fi
 	$(BIN)/pip install -e '.[dev,ray,spark]'
-	@java -version >/dev/null 2>&1 || echo "warning: no Java runtime; the Spark engine needs Java 17 (apt-get install openjdk-17-jre-headless)"
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ]; then \
+		echo "warning: no Java runtime: the Spark engine and its tests need Java 17 or 21."; \
+		echo "  Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install openjdk@17; or set JAVA_HOME"; \
+	elif [ "$$v" -lt 17 ]; then \
+		echo "warning: Java $$v found; PySpark 4 needs Java 17 or 21 (apt-get install openjdk-17-jre-headless, then set JAVA_HOME)"; \
+	else echo "Java $$v found: the Spark engine can run"; fi
 	touch $(STAMP)
 
 demo: install

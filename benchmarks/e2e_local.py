@@ -77,10 +77,11 @@ def child(kind: str, model_path: str, data: str, out: str, backend: str) -> None
         os.makedirs(out, exist_ok=True)
         pq.write_table(result, Path(out) / "scores.parquet")
         stages["write"] = time.perf_counter() - start - stages["read"] - stages["predict"]
-    else:
+    else:  # an engine: local, ray or spark
         report = scoring.score_parquet(data, out, model, keep=["id"], backend=backend,
-                                       progress=False)  # fmt: skip
+                                       engine=kind, progress=False)  # fmt: skip
         stages["backend"] = report.backend  # type: ignore[assignment]
+        stages["workers"] = len(report.workers)
     seconds = time.perf_counter() - start
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "peak_mib": peak_mib, **stages}))
@@ -113,13 +114,43 @@ def main() -> None:
     floor = measure("floor", model_path, data, args.work)
     rows = [("floor: read, native predict, write", "native", args.rows, floor)]
     for backend in backends:
-        rows.append(("local engine", backend, args.rows, measure("engine", model_path, data,
+        rows.append(("local engine", backend, args.rows, measure("local", model_path, data,
                                                                  args.work, backend)))  # fmt: skip
     if args.memory_rows:
         _, big = prepare(args.work, args.memory_rows)
         rows.append(("local engine", "auto", args.memory_rows,
-                     measure("engine", model_path, big, args.work)))  # fmt: skip
+                     measure("local", model_path, big, args.work)))  # fmt: skip
     write_results(args, rows, floor)
+
+
+def engine_main(engine: str, *, doc: str, note: str) -> None:
+    """The command line of ``e2e_<engine>.py``: that engine against the local engine."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/scoring-e2e"))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    compare_engine(engine, rows=args.rows, work=args.work, out=args.out, note=note)
+
+
+def compare_engine(engine: str, *, rows: int, work: Path, out: Path | None, note: str) -> None:
+    """``engine`` against the local engine on the same data; a markdown table."""
+    model_path, data = prepare(work, rows)
+    local = measure("local", model_path, data, work)
+    other = measure(engine, model_path, data, work)
+    tag = "cuda" if "no GPU" not in machine() else "cpu"
+    out = out or Path(__file__).parent / "results" / f"e2e_{engine}_{tag}.md"
+    lines = [f"# {engine.capitalize()} engine end to end ({date.today()})", "",
+             f"Machine: {machine()}. Model: XGBoost 500 trees of depth 8, 28 float32 "
+             f"features; 1M rows per Parquet file. {note}",
+             "", "| engine | backend | workers | rows | seconds | rows/s | vs local |",
+             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for name, m in (("local", local), (engine, other)):
+        lines.append(f"| {name} | {m['backend']} | {m['workers'] or '-'} | {rows:,} | "
+                     f"{m['seconds']:.1f} | {rows / m['seconds']:,.0f} | "
+                     f"{m['seconds'] / local['seconds']:.2f}x |")  # fmt: skip
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def write_results(args: argparse.Namespace, rows: list, floor: dict) -> None:

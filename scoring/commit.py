@@ -11,6 +11,10 @@ sha256, and the job (model sha256, kept columns, outputs).  A rerun skips a frag
 only when its entry matches this job and input and the file still has that sha256.
 Publication moves the staged files into place, writes ``_scoring_manifest.json`` and
 writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.
+
+The Spark engine writes through Spark's own committer instead (``part-*`` files, Spark's
+``_SUCCESS`` turned off) and then :meth:`Committer.publish_files` records its files in
+the manifest (``files``, beside the input ``fragments``) and writes ``_SUCCESS`` last.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .dataset import Fragment
 from .errors import OutputError
@@ -82,13 +88,21 @@ class Entry:
 
 
 class Committer:
-    def __init__(self, url: str, *, job: dict[str, Any], overwrite: bool = False):
+    def __init__(
+        self,
+        url: str,
+        *,
+        job: dict[str, Any],
+        overwrite: bool = False,
+        engine_files: tuple[str, ...] = (),
+    ):
         self.fs, root = fsspec.core.url_to_fs(str(url))
         self.url = str(url)
         self.root = root.rstrip("/")
         self.job = job
         self.job_key = job_key(job)
         self.overwrite = overwrite
+        self.engine_files = engine_files  # prefixes of files an engine's own commit leaves
         self.staging = f"{self.root}/{STAGING}"
 
     # -- before writing ------------------------------------------------------------
@@ -119,7 +133,7 @@ class Committer:
         journaled = {e.output for e in self._entries()}
         foreign = [
             p for p in self._listing()
-            if not p.startswith((STAGING, "_", ".")) and p not in journaled
+            if not p.startswith((STAGING, "_", ".", *self.engine_files)) and p not in journaled
         ]  # fmt: skip
         if foreign:
             raise OutputError(
@@ -202,18 +216,43 @@ class Committer:
             if self.fs.exists(staged):  # else published by an earlier, interrupted publish
                 self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
                 self.fs.mv(staged, f"{self.root}/{e.output}")
+        manifest = self._finish([e.__dict__ for e in entries], extra)
+        self.fs.rm(self.staging, recursive=True)
+        return manifest
+
+    def publish_files(
+        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Record the ``prefix*`` files another committer wrote (rows from their footers,
+        sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        files = []
+        for path in sorted(self.fs.glob(f"{self.root}/{prefix}*")):
+            data = self.fs.cat_file(path)
+            rows = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+            files.append({
+                "output": path[len(self.root) :].lstrip("/"),
+                "rows": rows,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+            })  # fmt: skip
+        inputs = [
+            {"relpath": f.relpath, "input": f.path, "fingerprint": f.fingerprint, "rows": f.rows}
+            for f in fragments
+        ]
+        return self._finish(inputs, {"files": files, **extra})
+
+    def _finish(self, fragments: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
         manifest = {
             "format_version": MANIFEST_FORMAT_VERSION,
             "job_key": self.job_key,
             "job": self.job,
             "committed_at": datetime.now(timezone.utc).isoformat(),
-            "rows": sum(e.rows for e in entries),
-            "fragments": [e.__dict__ for e in entries],
+            "rows": sum(int(f["rows"]) for f in fragments),
+            "fragments": fragments,
             **extra,
         }
         self.fs.pipe_file(f"{self.root}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
         self.fs.pipe_file(f"{self.root}/{SUCCESS}", b"")
-        self.fs.rm(self.staging, recursive=True)
         return manifest
 
 

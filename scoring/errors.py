@@ -28,6 +28,8 @@ __all__ = [
     "IntegrityError",
     "VerificationError",
     "RegistryAccessError",
+    "JobFileError",
+    "DeadlineError",
 ]
 
 
@@ -109,3 +111,11 @@ class VerificationError(RegistryError):
 
 class RegistryAccessError(RegistryError, OSError):
     """The registry root or database cannot be reached or written."""
+
+
+class JobFileError(ScoringError, ValueError):
+    """A job file is unreadable, not TOML, or has a wrong key or value (named)."""
+
+
+class DeadlineError(ScoringError):
+    """The plan says the job cannot finish before its deadline."""

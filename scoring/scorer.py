@@ -1,7 +1,8 @@
 """The Scorer: Arrow record batches in, output columns out, one model pass per batch.
 
 Columns are matched to the model's features by name (models trained on unnamed data
-read the columns that are not kept, in order); ints, bools, decimals become floats,
+read the columns that are not kept, in order, or else ``f0``, ``f1``, ... when the input
+has them all); ints, bools, decimals become floats,
 nulls become NaN (missing), and categorical features (dictionary, string or category
 columns) are mapped with the model's own categories.  On CUDA each batch goes through a
 pinned host buffer with a non-blocking copy, the batch size comes from free device
@@ -142,6 +143,9 @@ class Scorer:
         if self.names is not None:
             return [str(c) for c in select_columns(columns, self.forest)]
         features = [c for c in columns if c not in set(self.keep) | self.ignore]
+        generic = [f"f{i}" for i in range(self.forest.n_features)]
+        if len(features) != self.forest.n_features and set(generic) <= set(columns):
+            return generic  # the names XGBoost gives unnamed features, all present
         if len(features) != self.forest.n_features:
             raise FeatureCountError(
                 f"{self.forest.model_kind} has no feature names, so it reads every input "

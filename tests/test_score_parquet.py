@@ -77,6 +77,11 @@ def test_output_matches_native(tmp_path: Path, name: str, backend: str) -> None:
     assert result.rows == len(frame) and result.backend == backend
     out = pq.read_table(tmp_path / "out").to_pandas()
     np.testing.assert_array_equal(out["id"], frame["id"])  # every row, in order
+    assert_native_parity(out, name, X)
+
+
+def assert_native_parity(out: pd.DataFrame, name: str, X: pd.DataFrame) -> None:
+    """``out`` (rows in the order of ``X``) holds what the native predictor says."""
     for col, ref in native_columns(name, X).items():
         if out[col].dtype.kind == "f":
             np.testing.assert_allclose(out[col], ref, rtol=1e-5, atol=1e-5, err_msg=col)

@@ -1,11 +1,13 @@
 """The ``scoring`` command line.  Exit 0 on success; otherwise a one-line reason on stderr
-(1: the command failed, 2: usage error)."""
+(1: the command failed, 2: usage error; ``plan`` and ``run`` add 3: the deadline cannot
+be met, 4: finished after the deadline)."""
 
 from __future__ import annotations
 
 import typer
 
 from .demo import demo
+from .jobs import plan, run
 from .models import models_app
 from .score import score
 
@@ -14,6 +16,8 @@ __all__ = ["app"]
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 app.command()(score)
 app.command()(demo)
+app.command()(plan)
+app.command()(run)
 app.add_typer(models_app, name="models")
 
 

@@ -1,8 +1,9 @@
 """``scoring demo``: the main job end to end on the embedded defaults.
 
 Trains the reference model (XGBoost, 500 trees of depth 8, 28 features), registers it
-in the embedded registry, writes Parquet input, scores it with the local engine and
-prints the summary and the parity of the published scores with the native predictor.
+in the embedded registry, writes Parquet input, runs the demo job (``jobs/demo.toml``:
+plan, local engine, report) and prints the plan, the summary and the parity of the
+published scores with the native predictor.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def demo(
 def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None:
     from models import DEMO_RECIPE, make_data
 
-    from ..engines import score_parquet
+    from ..jobs import JobSpec, run_job
     from ..registry import Registry
 
     start = time.perf_counter()
@@ -58,11 +59,14 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     X, _ = make_data(DEMO_RECIPE, seed=1, n_rows=rows)
     _write_input(np.asarray(X, dtype=np.float32), work / "input")
     console.print(f"wrote {rows:,} rows of Parquet to {work / 'input'}")
-    result = score_parquet(
-        work / "input", work / "output", "demo-reference@production",
-        registry=reg, keep=["id"], device=device, backend=backend,
-    )  # fmt: skip
-    console.print(f"scored {result.summary()}")
+    spec = JobSpec.model_validate({  # jobs/demo.toml, for this registry root
+        "name": "demo", "model": "demo-reference@production", "registry": reg.uri,
+        "input": str(work / "input"), "output": str(work / "output"), "engine": "local",
+        "deadline": "3m", "keep": ["id"], "device": device, "backend": backend,
+    })  # fmt: skip
+    outcome = run_job(spec, on_plan=lambda plan: console.print(plan.summary()))
+    console.print(f"scored {outcome.report.summary()}")
+    console.print(f"report: {outcome.report_files[1]}")
     error = _parity(work / "output", model, np.asarray(X, dtype=np.float32))
     console.print(f"published scores vs XGBoost's own predict_proba: max error {error:.1e}")
     console.print(f"demo done in {time.perf_counter() - start:.1f} s")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
-from ._common import REGISTRY_OPTION, reported
+from ._common import REGISTRY_OPTION, fail, reported
 
 __all__ = ["score"]
 
@@ -20,7 +20,16 @@ def score(
     output: str = typer.Option(..., "--output", help="output directory or URL"),
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
     outputs: str = typer.Option("default", help="default, raw (default + margins) or all"),
-    engine: str = typer.Option("local", help="local"),
+    engine: str = typer.Option("local", help="local, ray or spark"),
+    ray_address: str | None = typer.Option(
+        None, help="engine ray: a running cluster (host:port or auto); default: start one"
+    ),
+    workers: int | None = typer.Option(
+        None, min=1, help="engine ray: scoring actors (default: one per GPU, else CPUs/4)"
+    ),
+    spark_master: str | None = typer.Option(
+        None, help="engine spark: master URL; default: the active session, else local[*]"
+    ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     backend: str = typer.Option("auto", help="auto, tensor, native or hummingbird"),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
@@ -29,6 +38,17 @@ def score(
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from ..engines import score_parquet
 
+    options: dict[str, object] = {}
+    if ray_address is not None:
+        options["address"] = ray_address
+    if workers is not None:
+        options["num_workers"] = workers
+    if options and engine != "ray":
+        raise fail("score", "--ray-address and --workers need --engine ray", code=2)
+    if spark_master is not None:
+        if engine != "spark":
+            raise fail("score", "--spark-master needs --engine spark", code=2)
+        options["master"] = spark_master
     with reported("score"):
         result = score_parquet(
             input,
@@ -41,5 +61,6 @@ def score(
             backend=backend,
             registry=registry,
             overwrite=overwrite,
+            engine_options=options,
         )
     Console(stderr=True).print(f"scored {result.summary()}")

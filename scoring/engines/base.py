@@ -57,7 +57,11 @@ class ScoreReport:
             f"model {self.model} on {self.backend}/{self.strategy or '-'} {self.device}, "
             f"{self.files} file(s) -> {self.output}"
             + (f" ({self.rows_skipped:,} rows resumed)" if self.rows_skipped else "")
+            + (f"; rows per worker: {self._per_worker()}" if self.engine == "ray" else "")
         )
+
+    def _per_worker(self) -> str:
+        return ", ".join(f"{w} {n:,}" for w, n in sorted(self.workers.items())) or "-"
 
 
 @dataclass
@@ -105,6 +109,7 @@ def plan_run(
     keep: Sequence[str] = (),
     outputs: str = "default",
     overwrite: bool = False,
+    engine_files: tuple[str, ...] = (),
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring."""
     data = open_input(input)
@@ -118,7 +123,7 @@ def plan_run(
         "keep": list(keep),
         "outputs": outputs,
     }
-    committer = Committer(output, job=job, overwrite=overwrite)
+    committer = Committer(output, job=job, overwrite=overwrite, engine_files=engine_files)
     complete = committer.check_target(data.fragments)
     done = {} if complete else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import zipfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import IntegrityError, ModelFileError
+from ..importers import import_model, load_model_file
 from ..model import CompiledModel, compile_imported
-from .formats import restore_model
-from .schema import ModelSchema
+from .formats import FILENAMES, dump_model, restore_model
+from .schema import ModelSchema, schema_of
 from .storage import sha256_hex
 
-__all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "compile_bundle"]
+__all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "bundle_manifest", "compile_bundle"]
 
 BUNDLE_FORMAT_VERSION = 1
 _MANIFEST = "manifest.json"
@@ -50,6 +53,19 @@ class Bundle:
     @property
     def schema(self) -> ModelSchema:
         return ModelSchema.model_validate(self.manifest["schema"])
+
+    @classmethod
+    def of(cls, model: Any, *, name: str | None = None, trusted: bool = False) -> Bundle:
+        """An unregistered model (a fitted object or a model file) as version 0 of
+        ``name`` (default: the model's kind), for engines that ship models to workers."""
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model_file(model, trusted=trusted)
+        forest = import_model(model)
+        schema = schema_of(forest)
+        data = dump_model(model, forest)
+        created = datetime.now(timezone.utc)
+        manifest = bundle_manifest(name or forest.model_kind, 0, sha256_hex(data), schema, created)
+        return cls(manifest=manifest, model_bytes=data)
 
     def verify(self) -> None:
         """Raise :class:`IntegrityError` unless the model bytes match the manifest."""
@@ -110,6 +126,21 @@ class Bundle:
             "sha256": self.sha256,
         }
         return cm
+
+
+def bundle_manifest(
+    name: str, version: int, sha256: str, schema: ModelSchema, created_at: datetime
+) -> dict[str, Any]:
+    return {
+        "format": "scoring-bundle",
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "name": name,
+        "version": version,
+        "sha256": sha256,
+        "filename": FILENAMES[schema.framework],
+        "created_at": created_at.isoformat(),
+        "schema": schema.model_dump(mode="json"),
+    }
 
 
 _CACHE: dict[tuple[str, str, str, str], CompiledModel] = {}

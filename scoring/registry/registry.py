@@ -15,7 +15,7 @@ from ..errors import ModelNotFoundError, RegistryError, VerificationError
 from ..importers import import_model, load_model_file
 from ..model import CompiledModel
 from . import db
-from .bundle import BUNDLE_FORMAT_VERSION, Bundle
+from .bundle import Bundle, bundle_manifest
 from .formats import FILENAMES, dump_model, restore_model
 from .samples import read_sample, sample_from_bytes, sample_to_bytes
 from .schema import ModelSchema, ModelVersion, Verification, schema_of
@@ -278,18 +278,8 @@ class Registry:
     def bundle(self, ref: str, *, version: int | None = None) -> Bundle:
         """The version as a checksummed payload a worker compiles without this registry."""
         mv = self.get(ref, version=version)
-        data = self._read(mv)
-        manifest = {
-            "format": "scoring-bundle",
-            "format_version": BUNDLE_FORMAT_VERSION,
-            "name": mv.name,
-            "version": mv.version,
-            "sha256": mv.sha256,
-            "filename": FILENAMES[mv.schema.framework],
-            "created_at": mv.created_at.isoformat(),
-            "schema": mv.schema.model_dump(mode="json"),
-        }
-        return Bundle(manifest=manifest, model_bytes=data)
+        manifest = bundle_manifest(mv.name, mv.version, mv.sha256, mv.schema, mv.created_at)
+        return Bundle(manifest=manifest, model_bytes=self._read(mv))
 
     # -- internals ----------------------------------------------------------------
 

@@ -1,0 +1,38 @@
+"""Scheduled jobs with a deadline: job files, the planner, the runner and its reports.
+
+``load_job`` reads and validates a TOML job file (:mod:`scoring.jobs.spec`),
+``make_plan`` says whether and with how many workers it meets its deadline
+(:mod:`scoring.jobs.planner`), ``run_job`` plans, runs, watches the projected finish and
+writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs.runner`).
+"""
+
+from __future__ import annotations
+
+from .planner import Plan, make_plan
+from .report import REPORT_HTML, REPORT_JSON
+from .runner import (
+    EXIT_FAILED,
+    EXIT_INFEASIBLE,
+    EXIT_LATE,
+    EXIT_OK,
+    EXIT_USAGE,
+    JobOutcome,
+    run_job,
+)
+from .spec import JobSpec, load_job
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INFEASIBLE",
+    "EXIT_LATE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "REPORT_HTML",
+    "REPORT_JSON",
+    "JobOutcome",
+    "JobSpec",
+    "Plan",
+    "load_job",
+    "make_plan",
+    "run_job",
+]

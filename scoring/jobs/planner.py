@@ -1,0 +1,217 @@
+"""``scoring plan``: will the job finish before its deadline, and with how many workers?
+
+Rows come from the Parquet footers (nothing is read).  Throughput per worker is
+measured by timing each of the local engine's stages (read, score on the job's device
+and backend, encode Parquet) on a sample of the input; the stages overlap, so the
+slowest sets the pace.  It is cached per model sha256, device type and backend under
+the registry root.  Fixed costs: engine start-up, model load and compile
+(measured), commit.  Estimate = fixed + rows / (rate x workers).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ..dataset import open_input
+from ..engines import resolve_model
+from ..model import CompiledModel
+from ..registry import Registry
+from ..scorer import Scorer
+from .spec import JobSpec
+
+__all__ = ["Plan", "make_plan"]
+
+SAMPLE_ROWS = 262_144
+#: Seconds to start each engine before it scores a row (measured on the dev machine).
+STARTUP_SECONDS = {"local": 0.5, "ray": 15.0, "spark": 20.0}
+COMMIT_SECONDS_PER_FILE = 0.02
+
+
+@dataclass
+class Plan:
+    job: str
+    engine: str
+    device: str
+    backend: str
+    rows: int
+    files: int
+    rows_per_second: float  # per worker
+    workers: int
+    startup_seconds: float
+    compile_seconds: float
+    commit_seconds: float
+    estimated_seconds: float
+    deadline: str | None  # ISO time, UTC
+    available_seconds: float | None
+    workers_needed: int | None  # to meet the deadline; None when no count would
+    feasible: bool
+    cached: bool
+
+    @property
+    def margin(self) -> float | None:
+        if not self.available_seconds:
+            return None
+        return (self.available_seconds - self.estimated_seconds) / self.available_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "margin": self.margin}
+
+    def summary(self) -> str:
+        lines = [
+            f"plan for job {self.job!r}: engine {self.engine}, {self.backend} on {self.device}",
+            f"  rows: {self.rows:,} in {self.files} file(s) (from Parquet footers)",
+            f"  throughput: {self.rows_per_second:,.0f} rows/s per worker "
+            f"({'cached' if self.cached else 'measured'}), workers: {self.workers}",
+            f"  fixed: start-up {self.startup_seconds:.1f} s, model load and compile "
+            f"{self.compile_seconds:.1f} s, commit {self.commit_seconds:.1f} s",
+        ]
+        verdict = f"  estimated {self.estimated_seconds:,.1f} s"
+        if self.deadline is None:
+            return "\n".join([*lines, verdict + " (no deadline)"])
+        verdict += f"; deadline {self.deadline} in {self.available_seconds:,.0f} s: "
+        if self.feasible:
+            verdict += f"feasible, margin {self.margin:.0%}"
+        elif self.workers_needed is None:
+            fixed = self.startup_seconds + self.compile_seconds + self.commit_seconds
+            verdict += (
+                f"NOT feasible: the fixed costs alone ({fixed:.1f} s) exceed the time "
+                "left; needs a later deadline"
+            )
+        else:
+            where = "" if self.engine != "local" else " (engine ray or spark)"
+            verdict += f"NOT feasible: needs {self.workers_needed} workers{where}"
+        return "\n".join([*lines, verdict])
+
+
+def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
+    """The plan for ``spec`` starting at ``start`` (default: now)."""
+    return plan_and_model(spec, start=start)[0]
+
+
+def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> tuple[Plan, CompiledModel]:
+    """The plan, and the model compiled for it (the local engine runs that one)."""
+    start = start or datetime.now(timezone.utc)
+    data = open_input(spec.input)
+    registry = Registry(spec.registry)
+    began = time.perf_counter()
+    model = resolve_model(spec.model, registry=registry, device=spec.device, backend=spec.backend)
+    compile_seconds = time.perf_counter() - began
+    cache = _Cache(registry)
+    version = model.origin.get("sha256") or model.forest.model_kind
+    key = f"{version}|{model.device.type}|{model.backend}"
+    rate = cache.get(key)
+    cached = rate is not None
+    if rate is None:
+        rate = _measure(model, spec, data)
+        cache.put(key, rate)
+    workers = _workers(spec)
+    startup = STARTUP_SECONDS[spec.engine]
+    commit = 0.5 + COMMIT_SECONDS_PER_FILE * len(data.fragments)
+    fixed = startup + compile_seconds + commit
+    estimate = fixed + data.rows / (rate * workers)
+    deadline = spec.deadline_at(start)
+    now = datetime.now(timezone.utc)  # the time left counts from now, not ``start``
+    available = (deadline - now).total_seconds() if deadline else None
+    needed = None
+    if available is not None and available > fixed:
+        needed = max(1, math.ceil(data.rows / (rate * (available - fixed))))
+    plan = Plan(
+        job=spec.name, engine=spec.engine, device=str(model.device), backend=model.backend,
+        rows=data.rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
+        startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
+        estimated_seconds=estimate, deadline=deadline.isoformat() if deadline else None,
+        available_seconds=available, workers_needed=needed,
+        feasible=available is None or estimate <= available, cached=cached,
+    )  # fmt: skip
+    return plan, model
+
+
+def _workers(spec: JobSpec) -> int:
+    if spec.engine == "local":
+        return 1
+    if spec.workers != "auto":
+        return int(spec.workers)
+    if spec.engine == "ray":
+        import ray
+
+        from ..ray import connect, plan_workers
+
+        connect(spec.ray.address)
+        return plan_workers(
+            ray.cluster_resources(), device=spec.device, reserve_reads=False
+        ).workers
+    from ..spark import local_session
+
+    session = local_session(spec.spark.master or "local[*]", conf=spec.spark.conf)
+    return max(1, int(session.sparkContext.defaultParallelism))
+
+
+def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
+    """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
+    each timed on a sample: the stages overlap, so the slowest one sets the pace."""
+    scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
+    columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
+    scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
+    stages = {"read": 0.0, "score": 0.0, "write": 0.0}
+    rows, writer = 0, None
+    batches = (
+        batch
+        for fragment in data.fragments
+        for batch in data.batches(fragment, columns=columns, batch_rows=scorer.batch_rows)
+    )
+    while rows < SAMPLE_ROWS:
+        began = time.perf_counter()
+        batch = next(batches, None)
+        stages["read"] += time.perf_counter() - began
+        if batch is None:
+            break
+        began = time.perf_counter()
+        scored = scorer.score(batch)
+        stages["score"] += time.perf_counter() - began
+        began = time.perf_counter()
+        writer = writer or pq.ParquetWriter(io.BytesIO(), scored.schema, compression="snappy")
+        writer.write_table(scored)
+        stages["write"] += time.perf_counter() - began
+        rows += batch.num_rows
+    slowest = max(stages.values())
+    return rows / slowest if slowest > 0 else float(rows)
+
+
+class _Cache:
+    """Measured rows/s per (model sha256, device type, backend), in the registry root."""
+
+    def __init__(self, registry: Registry):
+        self.path = (
+            Path(registry.store.root) / "cache" / "throughput.json"
+            if registry.store.is_local
+            else None
+        )
+
+    def get(self, key: str) -> float | None:
+        if self.path is None or not self.path.exists():
+            return None
+        value = json.loads(self.path.read_text()).get(key)
+        return float(value["rows_per_second"]) if value else None
+
+    def put(self, key: str, rate: float) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+        entries[key] = {
+            "rows_per_second": rate,
+            "measured_at": datetime.now(timezone.utc).isoformat(),
+        }
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, indent=1))
+        tmp.replace(self.path)

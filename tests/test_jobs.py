@@ -1,0 +1,158 @@
+"""Job files, the planner against the actual run, deadlines, exit codes and reports."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import xgboost as xgb
+from typer.testing import CliRunner
+
+import scoring
+from scoring.cli import app
+from scoring.errors import JobFileError
+from scoring.jobs import load_job, make_plan, run_job
+
+runner = CliRunner()
+JOBS = Path(__file__).parent.parent / "jobs"
+FEATURES = 12
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> scoring.Registry:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20_000, FEATURES)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=150, max_depth=7).fit(X, y)
+    reg = scoring.Registry(tmp_path_factory.mktemp("reg"))
+    reg.register("churn", model)
+    reg.set_alias("churn", "production", 1)
+    return reg
+
+
+def write_rows(root: Path, rows: int, *, files: int = 4) -> Path:
+    rng = np.random.default_rng(4)
+    root.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(rows), files)):
+        X = rng.normal(size=(len(part), FEATURES)).astype(np.float32)
+        table = pa.table({"id": part, **{f"f{j}": X[:, j] for j in range(FEATURES)}})
+        pq.write_table(table, root / f"part-{i}.parquet")
+    return root
+
+
+def job_file(tmp_path: Path, registry: Any, **values: Any) -> Path:
+    data = {"name": "nightly", "model": "churn@production", "registry": str(registry.uri),
+            "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "keep": ["id"],
+            **values}  # fmt: skip
+    lines = [f"{k} = {json.dumps(v)}" for k, v in data.items()]
+    path = tmp_path / "job.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [({"deadlin": "45m"}, "'deadlin': unknown key"), ({"engine": "flink"}, "'engine'"),
+     ({"deadline": "soon"}, "'deadline'"), ({"timezone": "Mars/Olympus"}, "'timezone'"),
+     ({"workers": 0}, "'workers'")],
+)  # fmt: skip
+def test_job_file_errors_name_key_and_file(
+    tmp_path: Path, registry: Any, extra: dict[str, Any], named: str
+) -> None:
+    path = job_file(tmp_path, registry, **extra)
+    with pytest.raises(JobFileError, match=named) as caught:
+        load_job(path)
+    assert str(path) in str(caught.value)
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 2 and named in result.output
+
+
+def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUN_DATE", "2026-11-21")
+    specs = {p.stem: load_job(p) for p in sorted(JOBS.glob("*.toml"))}
+    assert set(specs) == {"demo", "nightly", "ray", "spark"}
+    assert specs["nightly"].input == "/data/features/date=2026-11-21/"
+    assert specs["ray"].engine_options() == {"address": "auto", "num_cpus": 1.0, "num_gpus": 1.0}
+    assert specs["spark"].engine_options()["conf"]["spark.task.resource.gpu.amount"] == "0.25"
+
+
+def test_clock_deadlines() -> None:
+    spec = load_job_text(deadline="01:45", timezone="Europe/Berlin")
+    berlin = timezone(timedelta(hours=1))  # CET in November
+    at = datetime(2026, 11, 21, 1, 0, tzinfo=berlin)
+    assert spec.deadline_at(at) == datetime(2026, 11, 21, 1, 45, tzinfo=berlin)
+    late = datetime(2026, 11, 21, 2, 0, tzinfo=berlin)  # already past: the job is late
+    assert spec.deadline_at(late) == datetime(2026, 11, 21, 1, 45, tzinfo=berlin)
+    evening = datetime(2026, 11, 20, 23, 30, tzinfo=berlin)  # tonight's 01:45
+    assert spec.deadline_at(evening) == datetime(2026, 11, 21, 1, 45, tzinfo=berlin)
+    assert load_job_text(deadline="1h30m").deadline_at(at) == at + timedelta(minutes=90)
+
+
+def load_job_text(**values: Any) -> Any:
+    from scoring.jobs import JobSpec
+
+    return JobSpec.model_validate({"name": "j", "model": "m", "input": "i", "output": "o",
+                                   **values})  # fmt: skip
+
+
+def test_impossible_deadline_exits_3_quickly_and_writes_nothing(
+    tmp_path: Path, registry: Any
+) -> None:
+    write_rows(tmp_path / "in", 400_000)
+    path = job_file(tmp_path, registry, deadline="1s")
+    began = time.perf_counter()
+    result = runner.invoke(app, ["run", str(path)])
+    assert result.exit_code == 3, result.output
+    assert time.perf_counter() - began < 20
+    assert "NOT feasible" in result.output and "needs" in result.output
+    assert not (tmp_path / "out").exists()
+    planned = runner.invoke(app, ["plan", str(path)])
+    assert planned.exit_code == 3 and "rows: 400,000" in planned.output
+
+
+def test_plan_estimate_within_30_percent_of_the_run(tmp_path: Path, registry: Any) -> None:
+    write_rows(tmp_path / "in", 3_000_000, files=6)
+    spec = load_job(job_file(tmp_path, registry, deadline="30m"))
+    (Path(registry.uri) / "cache" / "throughput.json").unlink(missing_ok=True)
+    plan = make_plan(spec)
+    assert plan.rows == 3_000_000 and plan.feasible and not plan.cached
+    began = time.perf_counter()
+    scoring.score_parquet(spec.input, spec.output, spec.model, registry=registry,
+                          keep=spec.keep, progress=False)  # fmt: skip
+    actual = time.perf_counter() - began
+    assert abs(plan.estimated_seconds - actual) <= 0.3 * actual, (plan, actual)
+    assert make_plan(spec).cached  # measured once per model version and device type
+
+
+def test_run_writes_reports_and_exit_4_when_late(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_rows(tmp_path / "in", 50_000)
+    result = runner.invoke(app, ["run", str(job_file(tmp_path, registry, deadline="10m"))])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    assert report["rows"] == 50_000 and report["met_deadline"]
+    assert report["plan"]["rows"] == 50_000 and report["gpu"] is None
+    assert sum(w["rows"] for w in report["workers"].values()) == 50_000
+    page = (tmp_path / "out" / "_scoring_report.html").read_text()
+    assert "<svg" in page and "Cumulative rows" in page and "Throughput per worker" in page
+
+    # A run that finishes after its deadline (the plan is told it can make it).
+    import scoring.jobs.runner as jobs_runner
+
+    real = jobs_runner.plan_and_model
+    monkeypatch.setattr(jobs_runner, "plan_and_model",
+                        lambda spec, start: (replace(real(spec, start=start)[0], feasible=True),
+                                             real(spec, start=start)[1]))  # fmt: skip
+    spec = load_job(job_file(tmp_path, registry, deadline="1m", output=str(tmp_path / "late")))
+    outcome = run_job(spec, progress=False, start=datetime.now(timezone.utc) - timedelta(hours=1))
+    assert outcome.late and outcome.exit_code == 4
+    assert not json.loads((tmp_path / "late" / "_scoring_report.json").read_text())["met_deadline"]

@@ -1,0 +1,154 @@
+"""The Ray engine and ``scoring.ray.score_dataset`` on a local 2-CPU Ray instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import scoring
+from scoring.errors import MissingColumnError, ScoringError
+from scoring.ray import plan_workers
+
+from .test_score_parquet import assert_native_parity, model_frame, write_input
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.timeout(300)  # a starved actor pool hangs forever: fail instead
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Any:
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+def test_worker_plan_leaves_cpus_for_reads() -> None:
+    two = {"CPU": 2.0}
+    engine = plan_workers(two, reserve_reads=False)
+    assert (engine.workers, engine.num_cpus, engine.num_gpus, engine.device) == (1, 2.0, 0, "cpu")
+    dataset = plan_workers(two, reserve_reads=True)
+    assert dataset.workers * dataset.num_cpus <= 1.0  # one CPU stays free for reads
+    many = plan_workers(two, num_workers=4, reserve_reads=True)
+    assert many.workers == 4 and many.workers * many.num_cpus <= 1.0
+    big = plan_workers({"CPU": 64.0}, reserve_reads=True)
+    assert big.workers == 15 and big.workers * big.num_cpus == 63.0
+    gpus = plan_workers({"CPU": 16.0, "GPU": 4.0})
+    assert (gpus.workers, gpus.num_gpus, gpus.device) == (4, 1.0, "cuda")
+    assert gpus.workers * gpus.num_cpus <= 8.0
+    assert plan_workers({"CPU": 16.0, "GPU": 4.0}, device="cpu").device == "cpu"
+    with pytest.raises(ScoringError, match="no GPUs"):
+        plan_workers(two, device="cuda")
+
+
+@pytest.mark.parametrize("name", ["xgb_multi", "lgb_cat_frame", "sk_rf_clf"])
+def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) -> None:
+    model, X = model_frame(name, rows=4000)
+    frame = write_input(X, tmp_path / "in", files=4)
+    result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
+                                   keep=["id"], progress=False)  # fmt: skip
+    assert result.engine == "ray" and result.rows == 4000
+    assert sum(result.workers.values()) == 4000
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    np.testing.assert_array_equal(out["id"], frame["id"])  # every row once, files in order
+    assert_native_parity(out, name, X)
+    manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
+    assert manifest["rows"] == 4000 and (tmp_path / "out" / "_SUCCESS").exists()
+    assert manifest["metadata"]["scoring.model.sha256"] == result.sha256
+
+
+def test_registered_model_through_the_cli(tmp_path: Path, ray_session: Any) -> None:
+    from typer.testing import CliRunner
+
+    from scoring.cli import app
+
+    model, X = model_frame("xgb_clf", rows=2000)
+    scoring.Registry(tmp_path / "reg").register("churn", model)
+    write_input(X, tmp_path / "in", files=2)
+    args = ["score", "--model", "churn@1", "--input", str(tmp_path / "in"), "--output",
+            str(tmp_path / "out"), "--keep", "id", "--engine", "ray", "--registry",
+            str(tmp_path / "reg")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2,000 rows" in result.output and "per worker" in result.output
+    meta = pq.read_schema(tmp_path / "out" / "part-0.parquet").metadata
+    assert meta[b"scoring.model"] == b"churn@1"
+    again = CliRunner().invoke(app, args)  # the same job again: nothing to do
+    assert again.exit_code == 0 and "nothing to do" in again.output
+
+
+def test_missing_column_is_refused_before_writing(tmp_path: Path, ray_session: Any) -> None:
+    model, X = model_frame("lgb_cat_frame", rows=500)
+    write_input(X.drop(columns=["feat_2"]), tmp_path / "in", files=1)
+    with pytest.raises(MissingColumnError, match="feat_2"):
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
+                              progress=False)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: Any) -> None:
+    from scoring.ray import score_dataset
+
+    model, X = model_frame("lgb_cat_frame", rows=3000)
+    write_input(X, tmp_path / "in", files=3)
+    ds = ray.data.read_parquet(str(tmp_path / "in"))
+    scored = score_dataset(ds, model, keep=["id"], batch_rows=700)
+    out = scored.to_pandas().sort_values("id").reset_index(drop=True)
+    assert list(out.columns[:1]) == ["id"] and len(out) == 3000
+    assert_native_parity(out, "lgb_cat_frame", X)
+    with pytest.raises(Exception, match="feat_1"):  # named by the first batch's error
+        score_dataset(ds.drop_columns(["feat_1"]), model).materialize()
+
+
+def _actor_pids() -> list[int]:
+    import psutil
+
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if "_FileWorker" in " ".join(p.info["cmdline"] or [])
+    ]
+
+
+def test_killed_actor_leaves_complete_duplicate_free_output(
+    tmp_path: Path, ray_session: Any
+) -> None:
+    model, X = model_frame("xgb_clf", rows=40_000)
+    write_input(X, tmp_path / "in", files=40)
+    journal = tmp_path / "out" / "_temporary" / "_journal"
+    outcome: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            outcome["result"] = scoring.score_parquet(
+                tmp_path / "in", tmp_path / "out", model, engine="ray", keep=["id"],
+                progress=False,
+            )  # fmt: skip
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    while not (journal.exists() and any(journal.iterdir())):
+        assert thread.is_alive(), outcome
+        time.sleep(0.01)
+    pids = _actor_pids()
+    assert pids, "no scoring actor found to kill"
+    os.kill(pids[0], signal.SIGKILL)  # mid-job: files remain to be scored
+    killed_at = len(list(journal.iterdir()))
+    thread.join()
+    assert killed_at < 40 and "error" not in outcome, outcome
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert len(ids) == 40_000 and sorted(ids.tolist()) == list(range(40_000))
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(
+        ["_SUCCESS", "_scoring_manifest.json", *(f"part-{i}.parquet" for i in range(40))]
+    )

@@ -1,0 +1,153 @@
+"""Spark: the SQL function, score_dataframe and the Spark engine, on local[2]."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import scoring
+from scoring.errors import MissingColumnError
+
+from .test_score_parquet import assert_native_parity, model_frame, native_columns, write_input
+
+pyspark = pytest.importorskip("pyspark")
+if shutil.which("java") is None:
+    pytest.skip("Spark needs a Java runtime", allow_module_level=True)
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    from scoring.spark import local_session
+
+    session = local_session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> scoring.Registry:
+    reg = scoring.Registry(tmp_path_factory.mktemp("reg"))
+    for name in ("xgb_clf", "lgb_cat_frame", "xgb_multi"):
+        reg.register(name, model_frame(name, rows=10)[0])
+    return reg
+
+
+def _features(spark: Any, name: str, rows: int = 3000) -> tuple[Any, pd.DataFrame]:
+    """A Spark DataFrame of the model's probe rows plus ``id``, and those rows."""
+    _, X = model_frame(name, rows=rows)
+    rows_in = X.copy()
+    rows_in["id"] = np.arange(len(X))
+    first = rows_in.columns[0]
+    if isinstance(X.dtypes.iloc[0], pd.CategoricalDtype):  # Spark has no category type
+        rows_in[first] = rows_in[first].astype(object).where(rows_in[first].notna(), None)
+    return spark.createDataFrame(rows_in), X
+
+
+def test_sql_function_with_struct_of_all_columns(spark: Any, registry: Any) -> None:
+    from scoring.spark import register_udf
+
+    df, X = _features(spark, "xgb_clf")
+    df.createOrReplaceTempView("features")
+    register_udf(spark, "score_churn", "xgb_clf@1", registry=registry)
+    register_udf(spark, "label_churn", "xgb_clf@1", output="label", registry=registry)
+    out = spark.sql(
+        "SELECT id, score_churn(struct(*)) AS p, label_churn(struct(*)) AS label "
+        "FROM features ORDER BY id"
+    ).toPandas()
+    ref = native_columns("xgb_clf", X)
+    np.testing.assert_allclose(out["p"], ref["probability"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["label"], ref["label"])
+
+
+def test_positional_columns_categories_and_all_outputs(spark: Any, registry: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from scoring.spark import register_udf
+
+    df, X = _features(spark, "lgb_cat_frame")
+    udf = register_udf(spark, "score_cat", "lgb_cat_frame@1", output="all", registry=registry)
+    out = df.select("id", udf(*[F.col(c) for c in X.columns]).alias("s")).orderBy("id")
+    frame = out.select("id", "s.*").toPandas()
+    assert_native_parity(frame, "lgb_cat_frame", X)
+    multi = register_udf(spark, "score_multi", "xgb_multi@1", registry=registry)
+    mdf, MX = _features(spark, "xgb_multi", rows=500)
+    proba = np.stack(mdf.select(multi(F.struct(*MX.columns)).alias("p")).toPandas()["p"])
+    ref = native_columns("xgb_multi", MX)
+    classes = sorted(k for k in ref if k.startswith("probability_"))
+    np.testing.assert_allclose(proba, np.column_stack([ref[c] for c in classes]), atol=1e-6)
+
+
+def test_missing_feature_is_named(spark: Any, registry: Any) -> None:
+    from scoring.spark import register_udf, score_dataframe
+
+    df, _ = _features(spark, "lgb_cat_frame", rows=200)
+    with pytest.raises(MissingColumnError, match="feat_3"):
+        score_dataframe(df.drop("feat_3"), "lgb_cat_frame@1", registry=registry)
+    register_udf(spark, "score_cat2", "lgb_cat_frame@1", registry=registry)
+    df.drop("feat_3").createOrReplaceTempView("short")
+    with pytest.raises(Exception, match="feat_3"):
+        spark.sql("SELECT score_cat2(struct(*)) FROM short").collect()
+
+
+def test_score_dataframe_keeps_columns(spark: Any, registry: Any) -> None:
+    from scoring.spark import score_dataframe
+
+    df, X = _features(spark, "xgb_clf")
+    out = score_dataframe(df, "xgb_clf@1", keep=["id"], registry=registry)
+    assert out.columns == ["id", "probability", "label"]
+    frame = out.orderBy("id").toPandas()
+    np.testing.assert_array_equal(frame["id"], np.arange(len(X)))
+    assert_native_parity(frame, "xgb_clf", X)
+    everything = score_dataframe(df, "xgb_clf@1", registry=registry)  # keep=None: all
+    assert everything.columns == [*df.columns, "probability", "label"]
+
+
+def test_gpu_settings_warning(spark: Any) -> None:
+    from scoring.spark import tune_session
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tune_session(spark) == "cpu"  # no GPUs asked for: no warning
+    assert spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") == "131072"
+
+
+def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -> None:
+    _, X = model_frame("xgb_clf", rows=4000)
+    write_input(X, tmp_path / "in", files=4)
+    args = (tmp_path / "in", tmp_path / "out", "xgb_clf@1")
+    first = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
+                                  progress=False)  # fmt: skip
+    assert first.rows == 4000 and first.engine == "spark"
+    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id").reset_index(drop=True)
+    np.testing.assert_array_equal(out["id"], np.arange(4000))
+    assert_native_parity(out, "xgb_clf", X)
+    manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
+    assert manifest["rows"] == 4000 and sum(f["rows"] for f in manifest["files"]) == 4000
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    # A rerun after a failure that left a partial output replaces it: no duplicates.
+    (tmp_path / "out" / "_SUCCESS").unlink()
+    shutil.copy(tmp_path / "out" / manifest["files"][0]["output"],
+                tmp_path / "out" / "part-99999-leftover.parquet")  # fmt: skip
+    from typer.testing import CliRunner
+
+    from scoring.cli import app
+
+    again = CliRunner().invoke(app, [
+        "score", "--model", "xgb_clf@1", "--input", str(tmp_path / "in"), "--output",
+        str(tmp_path / "out"), "--keep", "id", "--engine", "spark", "--registry",
+        str(registry.uri)])  # fmt: skip
+    assert again.exit_code == 0 and "4,000 rows" in again.output, again.output
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(4000))
+    done = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
+                                 progress=False)  # fmt: skip
+    assert done.already_complete
