@@ -22,6 +22,7 @@ pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
 pytestmark = pytest.mark.timeout(300)
+JOBS = Path(__file__).parent.parent / "jobs"
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +152,88 @@ def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -
     done = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
                                  progress=False)  # fmt: skip
     assert done.already_complete
+
+
+class _Conf:
+    """What tune_session reads of a session: launch settings and runtime settings."""
+
+    def __init__(self, launch: dict[str, str]):
+        self.launch, self.runtime = (
+            launch,
+            {"spark.sql.execution.arrow.maxRecordsPerBatch": "10000"},
+        )
+
+    def contains(self, key: str) -> bool:
+        return key in self.launch
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.launch.get(key, self.runtime.get(key, default))
+
+    def set(self, key: str, value: str) -> None:
+        self.runtime[key] = value
+
+
+class _Session:
+    def __init__(self, launch: dict[str, str]):
+        self.conf = _Conf(launch)
+        self.sparkContext = self
+
+    def getConf(self) -> _Conf:
+        return self.conf
+
+
+def test_gpu_executors_without_task_gpus_warn() -> None:
+    from scoring.spark import tune_session
+
+    session = _Session({"spark.executor.resource.gpu.amount": "1"})
+    with pytest.warns(UserWarning, match="spark.task.resource.gpu.amount"):
+        assert tune_session(session) == "cpu"
+    gpus = _Session({"spark.executor.resource.gpu.amount": "1",
+                     "spark.task.resource.gpu.amount": "0.25"})  # fmt: skip
+    assert tune_session(gpus) == "gpu"
+    assert gpus.conf.runtime["spark.sql.execution.arrow.maxRecordsPerBatch"] == "1048576"
+    chosen = _Session({"spark.sql.execution.arrow.maxRecordsPerBatch": "5000"})
+    tune_session(chosen)  # the user's own batch size stays
+    assert chosen.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") == "5000"
+
+
+def test_task_gpu_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark import TaskContext
+    from pyspark.resource import ResourceInformation
+
+    from scoring.spark._worker import task_device
+
+    class Context:
+        def resources(self) -> dict[str, Any]:
+            return {"gpu": ResourceInformation("gpu", ["3"])}
+
+    monkeypatch.setattr(TaskContext, "get", staticmethod(lambda: Context()))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert task_device("auto") == "cuda:1"  # the 2nd visible device
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert task_device("auto") == "cuda:3"
+    assert task_device("cpu") == "cpu"
+    monkeypatch.setattr(TaskContext, "get", staticmethod(lambda: None))
+    assert task_device("auto") == "cpu"
+
+
+def test_spark_submit_entry_point(tmp_path: Path, registry: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    _, X = model_frame("xgb_clf", rows=1000)
+    write_input(X, tmp_path / "in", files=2)
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    args = [str(submit), "--master", "local[2]", str(JOBS / "spark_score.py"),
+            "--model", "xgb_clf@1", "--registry", str(registry.uri), "--input",
+            str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--keep", "id"]  # fmt: skip
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if "scor" in line]
+    assert any("1,000 rows" in line for line in ours), ours
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")
+    np.testing.assert_allclose(out["probability"], native_columns("xgb_clf", X)["probability"],
+                               rtol=1e-5, atol=1e-6)  # fmt: skip

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import errors
 from ..engines.base import Run
-from ..errors import InputError
 from ..progress import RunProgress
 from ..registry import Bundle
 from ._dataframe import score_dataframe
@@ -94,10 +94,11 @@ def _finished_fraction(tracker: Any) -> float:
 
 
 def _translated(exc: BaseException) -> BaseException:
-    """Our own error when an executor raised one (Spark wraps it in its text)."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "scoring.errors." in line:
-            message = line.partition(": ")[2]
-            return InputError(message.strip() or text.splitlines()[0])
+    """Our own error when an executor raised one: Spark hands back only its text."""
+    for line in str(exc).splitlines():
+        name, _, message = line.strip().partition(": ")
+        if name.startswith("scoring.errors."):
+            kind = getattr(errors, name.rsplit(".", 1)[1], None)
+            if isinstance(kind, type) and issubclass(kind, errors.ScoringError):
+                return kind(message)
     return exc
