@@ -177,12 +177,13 @@ class Scorer:
             X = _native_frame(features)  # categories go to the framework as labels
         elif self.names:  # numbers only: the validated matrix, named without copies
             X = pd.DataFrame(mat, columns=self.names, copy=False)
+        impl = self.model._impl  # the checks above were CompiledModel's: not twice
         values = (
-            self.model.predict_proba(X)
+            impl.predict_proba(X)
             if self.forest.task in ("binary", "multiclass")
-            else self.model.predict(X)
+            else impl.predict(X)
         )
-        raw = self.model.predict_raw(X) if self.raw else None
+        raw = impl.predict_raw(X) if self.raw else None
         return _Pass(np.asarray(values), raw)
 
     def _tensor_pass(self, mat: np.ndarray | torch.Tensor) -> _Pass:
