@@ -26,7 +26,7 @@ from ..engines.local import run_local
 from ..errors import ScoringError
 from ..progress import RunProgress
 from ..scorer import Scorer
-from ._cluster import connect, plan_workers
+from ._cluster import WorkerPlan, connect, plan_workers
 from ._worker import load_bundle, worker_name
 
 __all__ = ["RayOptions", "run_ray"]
@@ -104,7 +104,6 @@ def run_ray(
     """Score ``run.todo`` on the cluster; returns the journal entries of every fragment,
     rows per worker and the output metadata the workers wrote."""
     import ray
-    import ray.data
 
     connect(options.address)
     plan = plan_workers(
@@ -131,10 +130,26 @@ def run_ray(
         backend=backend,
         threads=plan.threads,
     )
+    workers: dict[str, int] = {}
+    metadata: dict[str, str] = {}
+    try:
+        for row in _scored_files(run, spec, plan).iter_rows():
+            workers[row["worker"]] = workers.get(row["worker"], 0) + int(row["rows"])
+            metadata = metadata or json.loads(row["metadata"])
+            progress.advance(int(row["rows"]))
+    except ray.exceptions.RayError as exc:
+        raise _unwrap(exc) from exc
+    return _journaled(run), workers, metadata
+
+
+def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
+    """A dataset of the files to do, one per block, mapped by a pool of file workers."""
+    import ray.data
+
     todo = ray.data.from_items(
         [{"fragment": f.index} for f in run.todo], override_num_blocks=len(run.todo)
     )
-    scored = todo.map_batches(
+    return todo.map_batches(
         _FileWorker,
         fn_constructor_kwargs={"spec": spec},
         batch_size=1,
@@ -143,16 +158,6 @@ def run_ray(
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus or None,
     )
-    workers: dict[str, int] = {}
-    metadata: dict[str, str] = {}
-    try:
-        for row in scored.iter_rows():
-            workers[row["worker"]] = workers.get(row["worker"], 0) + int(row["rows"])
-            metadata = metadata or json.loads(row["metadata"])
-            progress.advance(int(row["rows"]))
-    except ray.exceptions.RayError as exc:
-        raise _unwrap(exc) from exc
-    return _journaled(run), workers, metadata
 
 
 def _journaled(run: Run) -> list[Entry]:
