@@ -144,6 +144,10 @@ def test_run_writes_reports_and_exit_4_when_late(
     assert sum(w["rows"] for w in report["workers"].values()) == 50_000
     page = (tmp_path / "out" / "_scoring_report.html").read_text()
     assert "<svg" in page and "Cumulative rows" in page and "Throughput per worker" in page
+    again = runner.invoke(app, ["run", str(job_file(tmp_path, registry, deadline="10m"))])
+    assert again.exit_code == 0 and "nothing to do" in again.output
+    kept = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    assert kept["rows"] == 50_000  # the report of the run that did the work stays
 
     # A run that finishes after its deadline (the plan is told it can make it).
     import scoring.jobs.runner as jobs_runner

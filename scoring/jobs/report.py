@@ -69,11 +69,14 @@ def build_report(
 
 
 def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -> list[str]:
-    """Write both files into the output directory; returns their paths."""
-    data = build_report(spec, plan, report, **facts)
+    """Write both files into the output directory; returns their paths.  A rerun that
+    found the job complete keeps the report of the run that did the work."""
     fs, root = fsspec.core.url_to_fs(report.output)
     root = root.rstrip("/")
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
+    if report.already_complete and all(fs.exists(p) for p in paths):
+        return paths
+    data = build_report(spec, plan, report, **facts)
     fs.pipe_file(paths[0], json.dumps(data, indent=1).encode())
     fs.pipe_file(paths[1], render_html(data).encode())
     return paths
