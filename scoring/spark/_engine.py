@@ -47,7 +47,8 @@ def run_spark(
     files = [run.data.fs.unstrip_protocol(f.path) for f in run.data.fragments]
     first = run.data.fragments[0]
     base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
-    df = spark.read.option("basePath", base).parquet(*files)
+    # Only what the plan reads: kept and feature columns, never other partition keys.
+    df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
     scored = score_dataframe(
         df, bundle, keep=run.scorer.keep, outputs=str(run.committer.job["outputs"]),
         device=device, backend=backend,
