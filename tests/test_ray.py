@@ -108,6 +108,32 @@ def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: A
         score_dataset(ds.drop_columns(["feat_1"]), model).materialize()
 
 
+def test_ray_publishes_what_an_interrupted_run_journaled(
+    tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scoring.commit import Committer
+
+    model, X = model_frame("xgb_clf", rows=1500)
+    scoring.Registry(tmp_path / "reg").register("churn", model)
+    write_input(X, tmp_path / "in", files=3)
+    args = (tmp_path / "in", tmp_path / "out", "churn@1")
+
+    def crash(*_: Any, **__: Any) -> None:
+        raise OSError("killed before publishing")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Committer, "publish", crash)
+        with pytest.raises(OSError):
+            scoring.score_parquet(*args, registry=tmp_path / "reg", keep=["id"], progress=False)
+    result = scoring.score_parquet(*args, engine="ray", registry=tmp_path / "reg", keep=["id"],
+                                   progress=False)  # fmt: skip
+    assert result.rows == 0 and result.rows_skipped == 1500
+    manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
+    assert manifest["metadata"]["scoring.model"] == "churn@1"
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(1500)) and (tmp_path / "out" / "_SUCCESS").exists()
+
+
 def _actor_pids() -> list[int]:
     """Processes running a file-scoring actor (Ray titles them after the class)."""
     import psutil

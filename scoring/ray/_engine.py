@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..commit import Committer, Entry
 from ..dataset import InputDataset
@@ -105,6 +106,8 @@ def run_ray(
     rows per worker and the output metadata the workers wrote."""
     import ray
 
+    if not run.todo:  # every file journaled by an earlier run: only publication is left
+        return [], {}, _written_metadata(run)
     connect(options.address)
     plan = plan_workers(
         ray.cluster_resources(),
@@ -158,6 +161,20 @@ def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus or None,
     )
+
+
+def _written_metadata(run: Run) -> dict[str, str]:
+    """The scoring metadata an earlier run wrote into its first staged file."""
+    if not run.done:
+        return {}
+    output, committer = next(iter(run.done.values())).output, run.committer
+    for where in (committer.staging, committer.root):  # staged, or moved by a publish
+        path = f"{where}/{output}"
+        if committer.fs.exists(path):
+            with committer.fs.open(path, "rb") as f:
+                meta = pq.read_schema(f).metadata or {}
+            return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"scoring.")}
+    return {}
 
 
 def _journaled(run: Run) -> list[Entry]:
