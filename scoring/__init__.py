@@ -11,9 +11,17 @@ The stable surface (see DESIGN.md)::
     cm = reg.load("churn@production")
 
     scoring.score_parquet("s3://in/", "s3://out/", "churn@production", keep=["id"])
+    scoring.spark.register_udf(spark, "score_churn", "churn@production")
+    scoring.ray.score_dataset(ds, "churn@production")
+
+``scoring.ray``, ``scoring.spark`` and ``scoring.jobs`` are imported on first use, so
+``import scoring`` does not pull in Ray or PySpark.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from . import errors
 from ._version import __version__
@@ -35,3 +43,12 @@ __all__ = [
     "errors",
     "score_parquet",
 ]
+
+
+_LAZY = ("jobs", "ray", "spark")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'scoring' has no attribute {name!r}")

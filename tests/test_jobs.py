@@ -160,3 +160,17 @@ def test_run_writes_reports_and_exit_4_when_late(
     outcome = run_job(spec, progress=False, start=datetime.now(timezone.utc) - timedelta(hours=1))
     assert outcome.late and outcome.exit_code == 4
     assert not json.loads((tmp_path / "late" / "_scoring_report.json").read_text())["met_deadline"]
+
+
+def test_facade_imports_engines_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, scoring\n"
+        "assert 'ray' not in sys.modules and 'pyspark' not in sys.modules\n"
+        "assert callable(scoring.spark.register_udf) and callable(scoring.ray.score_dataset)\n"
+        "assert callable(scoring.jobs.run_job)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
