@@ -197,7 +197,8 @@ def _column_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
 
 
 def _refuse_unknown(values: Any, labels: list[object], j: int, forest: Forest) -> None:
-    unknown = [v for v in values if v not in set(labels)]
+    known = set(labels)
+    unknown = [v for v in values if v not in known]
     if unknown:
         raise InputError(
             f"feature column {_labels(forest)[j]!r} holds categories {unknown[:5]!r} that "

@@ -153,9 +153,12 @@ def test_run_writes_reports_and_exit_4_when_late(
     import scoring.jobs.runner as jobs_runner
 
     real = jobs_runner.plan_and_model
-    monkeypatch.setattr(jobs_runner, "plan_and_model",
-                        lambda spec, start: (replace(real(spec, start=start)[0], feasible=True),
-                                             real(spec, start=start)[1]))  # fmt: skip
+
+    def told_feasible(spec: Any, start: datetime) -> Any:
+        planned = real(spec, start=start)
+        return planned._replace(plan=replace(planned.plan, feasible=True))
+
+    monkeypatch.setattr(jobs_runner, "plan_and_model", told_feasible)
     spec = load_job(job_file(tmp_path, registry, deadline="1m", output=str(tmp_path / "late")))
     outcome = run_job(spec, progress=False, start=datetime.now(timezone.utc) - timedelta(hours=1))
     assert outcome.late and outcome.exit_code == 4

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..commit import Entry
+from ..dataset import InputDataset
 from ..errors import ScoringError
 from ..model import CompiledModel, compile_model
 from ..progress import RunProgress
@@ -73,7 +74,7 @@ def resolve_bundle(model: Any, *, registry: str | Registry | None = None) -> Bun
 
 
 def score_parquet(
-    input: str | os.PathLike[str],
+    input: str | os.PathLike[str] | InputDataset,
     output: str | os.PathLike[str],
     model: Any,
     *,
@@ -90,24 +91,28 @@ def score_parquet(
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
+    ``input`` may be an already opened :class:`~scoring.dataset.InputDataset` (a job's
+    planner read its footers), so the files are not listed and read twice.
+
     ``on_progress(seconds, rows)`` is called as rows are written (job deadlines).
     """
     listeners = [on_progress] if on_progress is not None else []
+    source = input if isinstance(input, InputDataset) else str(input)
     options = _engine_options(engine, engine_options or {})
     if engine == "local":
         compiled = resolve_model(model, registry=registry, device=device, backend=backend)
         run = plan_run(
-            str(input), str(output), compiled, keep=keep, outputs=outputs, overwrite=overwrite
+            source, str(output), compiled, keep=keep, outputs=outputs, overwrite=overwrite
         )
         return _execute(run, engine, progress=progress, listeners=listeners,
                         score=lambda t: _local(run, t))  # fmt: skip
-    _check_shared(engine, str(input), str(output))
+    _check_shared(engine, source.url if isinstance(source, InputDataset) else source, str(output))
     bundle = resolve_bundle(model, registry=registry)
     # The driver only checks and plans (it may have no GPU): the native predictor
     # produces the same columns the workers will, without compiling anything.
     checker = bundle.compile(backend="native")
     parts = ("part-",) if engine == "spark" else ()
-    run = plan_run(str(input), str(output), checker, keep=keep, outputs=outputs,
+    run = plan_run(source, str(output), checker, keep=keep, outputs=outputs,
                    overwrite=overwrite, engine_files=parts)  # fmt: skip
     if engine == "spark":
         return _spark(run, bundle, device=device, backend=backend, options=options,

@@ -102,7 +102,7 @@ def output_metadata(model: CompiledModel) -> dict[str, str]:
 
 
 def plan_run(
-    input: str,
+    input: str | InputDataset,
     output: str,
     model: CompiledModel,
     *,
@@ -112,7 +112,7 @@ def plan_run(
     engine_files: tuple[str, ...] = (),
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring."""
-    data = open_input(input)
+    data = input if isinstance(input, InputDataset) else open_input(input)
     scorer = Scorer(model, keep=keep, outputs=outputs, ignore=data.partition_columns)
     scorer.check_schema(data.schema)
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))

@@ -18,18 +18,18 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
-from ..dataset import open_input
+from ..dataset import InputDataset, open_input
 from ..engines import resolve_model
 from ..model import CompiledModel
 from ..registry import Registry
 from ..scorer import Scorer
 from .spec import JobSpec
 
-__all__ = ["Plan", "make_plan"]
+__all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
 
 SAMPLE_ROWS = 262_144
 #: Seconds to start each engine before it scores a row (measured on the dev machine).
@@ -93,13 +93,19 @@ class Plan:
         return "\n".join([*lines, verdict])
 
 
+class Planned(NamedTuple):
+    plan: Plan
+    model: CompiledModel  # compiled for the plan: the local engine runs this one
+    data: InputDataset  # its footers, read once: the run scores these files
+
+
 def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
     """The plan for ``spec`` starting at ``start`` (default: now)."""
-    return plan_and_model(spec, start=start)[0]
+    return plan_and_model(spec, start=start).plan
 
 
-def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> tuple[Plan, CompiledModel]:
-    """The plan, and the model compiled for it (the local engine runs that one)."""
+def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
+    """The plan, with the model and the input it was made for, for the run to reuse."""
     start = start or datetime.now(timezone.utc)
     data = open_input(spec.input)
     registry = Registry(spec.registry)
@@ -133,7 +139,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> tuple[Pla
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
     )  # fmt: skip
-    return plan, model
+    return Planned(plan, model, data)
 
 
 def _workers(spec: JobSpec) -> int:

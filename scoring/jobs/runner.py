@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ..dataset import InputDataset
 from ..engines import score_parquet
 from ..engines.base import ScoreReport
 from ..errors import DeadlineError, InputError, OutputError, RegistryError, ScoringError
@@ -82,7 +83,7 @@ def run_job(
     nominal start, from which a duration deadline counts; ``on_plan`` sees the plan
     before anything runs."""
     start = start or datetime.now(timezone.utc)
-    plan, model = plan_and_model(spec, start=start)
+    plan, model, data = plan_and_model(spec, start=start)
     if on_plan is not None:
         on_plan(plan)
     if not plan.feasible:
@@ -91,7 +92,7 @@ def run_job(
     watch = _Watch(deadline, plan.rows)
     model_arg: Any = model if spec.engine == "local" else spec.model
     with GpuSampler() as gpu:
-        report, attempts = _with_retries(spec, model_arg, watch, progress=progress)
+        report, attempts = _with_retries(spec, data, model_arg, watch, progress=progress)
     finished = datetime.now(timezone.utc)
     late = deadline is not None and finished > deadline
     files = write_report(spec, plan, report, gpu=gpu.result(), deadline=deadline,
@@ -100,13 +101,13 @@ def run_job(
 
 
 def _with_retries(
-    spec: JobSpec, model: Any, watch: _Watch, *, progress: bool
+    spec: JobSpec, data: InputDataset, model: Any, watch: _Watch, *, progress: bool
 ) -> tuple[ScoreReport, int]:
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):
         try:
             report = score_parquet(
-                spec.input, spec.output, model, engine=spec.engine, keep=spec.keep,
+                data, spec.output, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 registry=spec.registry, engine_options=spec.engine_options(), on_progress=watch,
                 progress=progress,

@@ -67,13 +67,15 @@ class _FileWorker:
         )
         data = spec.data
         scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
+        metadata = output_metadata(model)
+        self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(
             data=data,
             model=model,
             scorer=scorer,
             committer=Committer(spec.output, job=spec.job),
             columns=spec.columns,
-            schema=spec.schema.with_metadata(output_metadata(model)),
+            schema=spec.schema.with_metadata(metadata),
             todo=[],
             done={},
             complete=False,
@@ -89,7 +91,7 @@ class _FileWorker:
             out["fragment"].append(int(index))
             out["rows"].append(entry.rows)
             out["worker"].append(self.name)
-            out["metadata"].append(json.dumps(output_metadata(self.run.model)))
+            out["metadata"].append(self.metadata)
         return out
 
 

@@ -29,11 +29,10 @@ class OutputSpec:
         names = self.schema.names
         if self.output == "all":
             return names
-        prefix = {"probability": "probability", "raw": "raw"}.get(self.output)
         if self.output in names:
             return [self.output]
-        if prefix and self.task == "multiclass":
-            return [n for n in names if n.startswith(f"{prefix}_")]
+        if self.output in ("probability", "raw") and self.task == "multiclass":
+            return [n for n in names if n.startswith(f"{self.output}_")]  # one per class
         return []
 
     @property
