@@ -94,6 +94,10 @@ def test_clock_deadlines() -> None:
     evening = datetime(2026, 11, 20, 23, 30, tzinfo=berlin)  # tonight's 01:45
     assert spec.deadline_at(evening) == datetime(2026, 11, 21, 1, 45, tzinfo=berlin)
     assert load_job_text(deadline="1h30m").deadline_at(at) == at + timedelta(minutes=90)
+    after_midnight = datetime(2026, 11, 21, 0, 30, tzinfo=berlin)  # 23:30 passed an hour ago
+    evening_deadline = load_job_text(deadline="23:30", timezone="Europe/Berlin")
+    assert evening_deadline.deadline_at(after_midnight) == datetime(2026, 11, 20, 23, 30,
+                                                                    tzinfo=berlin)  # fmt: skip
 
 
 def load_job_text(**values: Any) -> Any:
@@ -107,7 +111,8 @@ def test_impossible_deadline_exits_3_quickly_and_writes_nothing(
     tmp_path: Path, registry: Any
 ) -> None:
     write_rows(tmp_path / "in", 400_000)
-    path = job_file(tmp_path, registry, deadline="1s")
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    path = job_file(tmp_path, registry, deadline=passed)  # an hour ago: however fast we are
     began = time.perf_counter()
     result = runner.invoke(app, ["run", str(path)])
     assert result.exit_code == 3, result.output

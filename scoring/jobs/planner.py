@@ -4,8 +4,9 @@ Rows come from the Parquet footers (nothing is read).  Throughput per worker is
 measured by timing each of the local engine's stages (read, score on the job's device
 and backend, encode Parquet) on a sample of the input; the stages overlap, so the
 slowest sets the pace.  It is cached per model sha256, device type and backend under
-the registry root.  Fixed costs: engine start-up, model load and compile
-(measured), commit.  Estimate = fixed + rows / (rate x workers).
+the registry root.  Fixed costs: start-up (listing the input, measured, plus a Ray or
+Spark cluster's start), model load and compile (measured), commit.
+Estimate = fixed + rows / (rate x workers).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ from .spec import JobSpec
 
 __all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
 
-SAMPLE_ROWS = 262_144
-#: Seconds to start each engine before it scores a row (measured on the dev machine).
-STARTUP_SECONDS = {"local": 0.5, "ray": 15.0, "spark": 20.0}
+#: Four of the engine's CPU batches: enough that one slow batch does not set the rate.
+SAMPLE_ROWS = 524_288
+#: Seconds to start each engine before it scores a row, on top of listing the input
+#: (measured) and loading the model (measured): Ray and Spark start a cluster or session
+#: and their workers (benchmarks/results/e2e_*_cpu.md).
+STARTUP_SECONDS = {"local": 0.0, "ray": 15.0, "spark": 20.0}
+COMMIT_SECONDS = 0.1
 COMMIT_SECONDS_PER_FILE = 0.02
 
 
@@ -107,7 +112,9 @@ def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
 def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     """The plan, with the model and the input it was made for, for the run to reuse."""
     start = start or datetime.now(timezone.utc)
+    began = time.perf_counter()
     data = open_input(spec.input)
+    listing = time.perf_counter() - began
     registry = Registry(spec.registry)
     began = time.perf_counter()
     model = resolve_model(spec.model, registry=registry, device=spec.device, backend=spec.backend)
@@ -121,8 +128,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         rate = _measure(model, spec, data)
         cache.put(key, rate)
     workers = _workers(spec)
-    startup = STARTUP_SECONDS[spec.engine]
-    commit = 0.5 + COMMIT_SECONDS_PER_FILE * len(data.fragments)
+    startup = STARTUP_SECONDS[spec.engine] + listing
+    commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)
     fixed = startup + compile_seconds + commit
     estimate = fixed + data.rows / (rate * workers)
     deadline = spec.deadline_at(start)

@@ -138,11 +138,10 @@ class JobSpec(_Strict):
             return start + parse_duration(self.deadline)
         zone = ZoneInfo(self.timezone)
         local = start.astimezone(zone)
-        at = local.replace(hour=int(clock.group(1)), minute=int(clock.group(2)), second=0,
-                           microsecond=0)  # fmt: skip
-        if at < local - _LATE_WINDOW:
-            at += timedelta(days=1)
-        return at.astimezone(timezone.utc)
+        today = local.replace(hour=int(clock.group(1)), minute=int(clock.group(2)), second=0,
+                              microsecond=0)  # fmt: skip
+        days = (today + timedelta(days=d) for d in (-1, 0, 1))  # yesterday's may be the one
+        return next(at for at in days if at >= local - _LATE_WINDOW).astimezone(timezone.utc)
 
     def engine_options(self) -> dict[str, Any]:
         """``score_parquet``'s engine options: the engine's table, workers, resources."""
