@@ -6,7 +6,10 @@ with pyarrow, one after another.  Engine: ``scoring.score_parquet`` on the same 
 process so that peak RSS is its own.  Data: the demo model (XGBoost, 500 trees of depth
 8, 28 float32 features), 1M rows per Parquet file.
 
-    python benchmarks/e2e_local.py [--rows 10000000] [--memory-rows 40000000]
+    python benchmarks/e2e_local.py [--rows 10000000] [--memory-rows 40000000] [--cold]
+
+``--cold`` empties the page cache before each measurement (needs root), so that every
+run reads its input from disk, as a nightly job does, whichever ran before it.
 """
 
 from __future__ import annotations
@@ -87,9 +90,15 @@ def child(kind: str, model_path: str, data: str, out: str, backend: str) -> None
     print(json.dumps({"seconds": seconds, "peak_mib": peak_mib, **stages}))
 
 
+COLD = False  # --cold: empty the page cache before each measurement
+
+
 def measure(kind: str, model_path: Path, data: Path, work: Path, backend: str = "auto") -> dict:
     out = work / f"out-{kind}-{backend}-{data.name}"
     subprocess.run(["rm", "-rf", str(out)], check=True)
+    if COLD:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
     args = [sys.executable, __file__, "--child", kind, str(model_path), str(data), str(out),
             backend]  # fmt: skip
     done = subprocess.run(args, check=True, capture_output=True, text=True)
@@ -102,11 +111,14 @@ def main() -> None:
     parser.add_argument("--memory-rows", type=int, default=40_000_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/scoring-e2e"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--cold", action="store_true", help="empty the page cache first")
     parser.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    global COLD
+    COLD = args.cold
     import torch
 
     backends = ["auto"] + (["tensor"] if torch.cuda.is_available() else [])
@@ -169,6 +181,8 @@ def write_results(args: argparse.Namespace, rows: list, floor: dict) -> None:
                      f"{ratio} | {m['peak_mib']:,.0f} |")  # fmt: skip
     stages = ", ".join(f"{k} {floor[k]:.1f} s" for k in ("read", "predict", "write"))
     lines += ["", f"Floor stages: {stages}."]
+    if args.cold:
+        lines += ["", "The page cache was emptied before each measurement (`--cold`)."]
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -17,6 +17,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from .errors import InputError, InputFileError
@@ -74,10 +75,27 @@ class InputDataset:
             ) from exc
 
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
-        """Up to ``rows`` rows of the first non-empty file (for checks before writing)."""
+        """Up to ``rows`` rows of the first non-empty file (for checks before writing).
+
+        Read with the file's own reader, which stops after the first pages: the dataset
+        scanner would read the whole first row group."""
         first = next(f for f in self.fragments if f.rows > 0)
-        batches = self.batches(first, columns=columns, batch_rows=rows)
-        return pa.Table.from_batches([next(batches)])
+        piece = self.pieces[first.index]
+        stored = [c for c in columns if c in piece.physical_schema.names]
+        try:
+            with self.dataset.filesystem.open_input_file(piece.path) as f:
+                batch = next(pq.ParquetFile(f).iter_batches(batch_size=rows, columns=stored))
+        except (OSError, pa.ArrowException) as exc:
+            raise InputFileError(
+                f"cannot read Parquet file {first.path!r}: {exc}; fix or remove the file"
+            ) from exc
+        keys = pads.get_partition_keys(piece.partition_expression)  # key=value directories
+        arrays = [
+            batch.column(c) if c in stored else pa.array([keys.get(c)] * batch.num_rows)
+            for c in columns
+        ]
+        schema = pa.schema([self.schema.field(c) for c in columns])
+        return pa.Table.from_arrays(arrays, names=list(columns)).cast(schema)
 
 
 def arrow_filesystem(fs: Any) -> pafs.FileSystem:

@@ -55,8 +55,17 @@ def prepare(X: Any, forest: Forest) -> Matrix:
         mat = _from_numpy(X, forest)
     if forest.missing_value is not None:
         mat[mat == forest.missing_value] = float("nan")
-    _check_values(mat, forest)
+    _check_values(mat, forest, _input_labels(X, forest))
     return mat
+
+
+def _input_labels(X: Any, forest: Forest) -> list[str]:
+    """What to call feature j in errors: the model's name, else the input's column."""
+    if feature_names(forest) is None and isinstance(X, pd.DataFrame):
+        return [str(c) for c in X.columns]
+    if feature_names(forest) is None and isinstance(X, (pa.Table, pa.RecordBatch)):
+        return list(X.schema.names)
+    return _labels(forest)
 
 
 def _labels(forest: Forest) -> list[str]:
@@ -235,27 +244,33 @@ def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
 # -- the values the native predictor refuses -----------------------------------------
 
 
-def _check_values(mat: Matrix, forest: Forest) -> None:
+def _check_values(mat: Matrix, forest: Forest, labels: list[str]) -> None:
     if forest.accepts_nan and forest.accepts_inf:
         return
     checks = []
     if not forest.accepts_nan:
         checks.append(("NaN (missing)", _isnan(mat), "does not accept missing values"))
     if not forest.accepts_inf:
-        # float32 readers also refuse finite values past float32's range (they become inf).
-        limit = _FLOAT32_MAX if forest.input_dtype == "float32" else float("inf")
-        big = _absolute(mat) > limit if limit != float("inf") else _isinf(mat)
-        checks.append(("infinite or too large", big | _isinf(mat), "does not accept inf"))
+        checks.append(("infinite or too large", _too_large(mat, forest), "does not accept inf"))
     for what, bad, reason in checks:
+        if not bool(bad.any()):  # the common case: one pass, no per-column counts
+            continue
         counts = bad.sum(0)
         cols = [j for j in range(forest.n_features) if int(counts[j]) > 0]
-        if cols:
-            j = cols[0]
-            raise InvalidValueError(
-                f"feature column {_labels(forest)[j]!r} has {int(counts[j])} {what} value(s) "
-                f"({len(cols)} column(s) affected); {forest.model_kind} {reason}: "
-                "clean or impute them before scoring"
-            )
+        j = cols[0]
+        raise InvalidValueError(
+            f"feature column {labels[j]!r} has {int(counts[j])} {what} value(s) "
+            f"({len(cols)} column(s) affected); {forest.model_kind} {reason}: "
+            "clean or impute them before scoring"
+        )
+
+
+def _too_large(mat: Matrix, forest: Forest) -> Any:
+    """inf, and for float32 readers the finite float64 values past float32's range (they
+    would become inf); a float32 matrix holds none of those."""
+    if forest.input_dtype != "float32" or mat.dtype in (np.float32, torch.float32):
+        return _isinf(mat)
+    return _absolute(mat) > _FLOAT32_MAX
 
 
 def _isnan(mat: Matrix) -> Any:

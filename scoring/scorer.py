@@ -83,6 +83,20 @@ class Scorer:
         self.batch_rows = cuda_batch_rows(self.forest, model.device) if on_cuda else CPU_BATCH_ROWS
         self._pinned: torch.Tensor | None = None
         self._selected: dict[tuple[str, ...], list[str]] = {}
+        self._native = model._impl  # the checks were CompiledModel's: not twice
+
+    def allow_parallel_calls(self, cpus: int) -> int:
+        """How many ``score`` calls may run side by side on ``cpus`` CPUs (the caller's
+        promise).  Past one, XGBoost and LightGBM predict on one thread per call: one
+        call spread over every core waits at each batch for its slowest thread, and on
+        a busy machine that is the one sharing a core with the reader or writer."""
+        if cpus < 2 or self.model.backend != "native":
+            return 1  # torch spreads one call itself; a GPU takes one call at a time
+        serial = self._native.one_thread()
+        if serial is None:
+            return 1
+        self._native = serial
+        return cpus
 
     # -- schema --------------------------------------------------------------------
 
@@ -177,7 +191,7 @@ class Scorer:
             X = _native_frame(features)  # categories go to the framework as labels
         elif self.names:  # numbers only: the validated matrix, named without copies
             X = pd.DataFrame(mat, columns=self.names, copy=False)
-        impl = self.model._impl  # the checks above were CompiledModel's: not twice
+        impl = self._native
         values = (
             impl.predict_proba(X)
             if self.forest.task in ("binary", "multiclass")

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from typer.testing import CliRunner
 
 import scoring
 from scoring.cli import app
-from scoring.errors import InputError, MissingColumnError, OutputError
+from scoring.engines import local
+from scoring.errors import InputError, InvalidValueError, MissingColumnError, OutputError
 from scoring.registry.verify import probe_frame
 from scoring.scorer import Scorer
 
@@ -78,6 +81,75 @@ def test_output_matches_native(tmp_path: Path, name: str, backend: str) -> None:
     out = pq.read_table(tmp_path / "out").to_pandas()
     np.testing.assert_array_equal(out["id"], frame["id"])  # every row, in order
     assert_native_parity(out, name, X)
+
+
+def _settings(model: Any) -> Any:
+    return model.save_config() if hasattr(model, "save_config") else model.get_params()
+
+
+@pytest.mark.parametrize("name", ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "sk_rf_clf"])
+def test_parallel_native_calls_match_serial_ones_and_leave_the_model_alone(name: str) -> None:
+    model, X = model_frame(name, rows=2000)
+    before = _settings(model)
+    scorer = Scorer(scoring.compile(model, backend="native"))
+    table = pa.Table.from_pandas(X, preserve_index=False)
+    serial = scorer.score(table)
+    calls = scorer.allow_parallel_calls(4)
+    assert calls == (1 if name == "sk_rf_clf" else 4)  # scikit-learn has no per-call threads
+    assert scorer.allow_parallel_calls(1) == 1
+    with ThreadPoolExecutor(4) as pool:
+        parts = list(pool.map(scorer.score, [table.slice(i, 250) for i in range(0, 2000, 250)]))
+    assert pa.concat_tables(parts).equals(serial)
+    assert _settings(model) == before  # the caller's model keeps its own thread setting
+
+
+def test_engine_scores_side_by_side_in_file_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, X = model_frame("xgb_multi", rows=6000)
+    frame = write_input(X, tmp_path / "in", files=3)  # 500-row groups: 12 batches
+    monkeypatch.setattr(local, "cpu_threads", lambda: 4)
+    threads: set[str] = set()
+    score = Scorer.score
+
+    def noted(self: Scorer, batch: Any) -> pa.Table:
+        threads.add(threading.current_thread().name)
+        return score(self, batch)
+
+    monkeypatch.setattr(Scorer, "score", noted)
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"],
+                          backend="native", progress=False)  # fmt: skip
+    assert len({t for t in threads if t.startswith("score")}) > 1
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    np.testing.assert_array_equal(out["id"], frame["id"])
+    assert_native_parity(out, "xgb_multi", X)
+
+
+def test_cpu_threads_follows_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert local.cpu_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "")
+    assert local.cpu_threads() >= 1
+
+
+def test_bad_values_in_a_later_file_stop_the_run_and_publish_nothing(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_clf", rows=3000)
+    write_input(X, tmp_path / "in", files=3)
+    last = tmp_path / "in" / "part-2.parquet"
+    good = pq.read_table(last)
+    bad = good.to_pandas()
+    bad.loc[bad.index[700], "f3"] = np.inf  # past the first file's trial rows
+    pq.write_table(pa.Table.from_pandas(bad, preserve_index=False), last, row_group_size=500)
+    with pytest.raises(InvalidValueError, match="'f3' has 1 infinite"):
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"],
+                              backend="native", progress=False)  # fmt: skip
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    assert not list((tmp_path / "out").glob("*.parquet"))
+    pq.write_table(good, last, row_group_size=500)  # fixed: the rerun publishes every row
+    result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"],
+                                   backend="native", progress=False)  # fmt: skip
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(3000)) and result.rows + result.rows_skipped == 3000
 
 
 def assert_native_parity(out: pd.DataFrame, name: str, X: pd.DataFrame) -> None:

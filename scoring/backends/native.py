@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,21 @@ class NativeBackend:
         self.model = model
         self.forest = forest
         self.device = torch.device("cpu")
+
+    def one_thread(self) -> NativeBackend | None:
+        """A copy whose every call runs on one thread, for engines that make several calls
+        side by side; None where the framework has no such setting.  The caller's model is
+        copied, never changed."""
+        kind = self.forest.model_kind
+        if kind == "xgboost.Booster":
+            booster = self.model.copy()
+            booster.set_param("nthread", 1)
+            return NativeBackend(booster, self.forest)
+        if self.forest.framework in ("xgboost", "lightgbm") and hasattr(self.model, "n_jobs"):
+            clone = copy.deepcopy(self.model)
+            clone.set_params(n_jobs=1)
+            return NativeBackend(clone, self.forest)
+        return None
 
     def _call(self, method: str, X: Any, **kwargs: Any) -> np.ndarray:
         target = self.model

@@ -1,16 +1,20 @@
 """The local engine: one process, reading, scoring and writing overlapped in threads.
 
 A reader thread decodes record batches (pyarrow uses its own threads and releases the
-GIL), the calling thread scores them (torch and the native predictors release it too),
-and a writer thread encodes and writes Parquet.  Bounded queues between the stages keep
-memory flat however large the input, and FIFO order keeps rows in file order.
+GIL), a pool scores them (torch and the native predictors release it too), and a writer
+thread encodes and writes Parquet.  The pool has one thread per CPU where the native
+predictor runs one-thread calls side by side (``Scorer.allow_parallel_calls``), else
+one.  Bounded queues between the stages keep memory flat however large the input, and
+the writer takes the scored batches in the order they were read, so rows keep file order.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +28,7 @@ from .base import Run
 __all__ = ["run_local"]
 
 QUEUE_DEPTH = 3
+MAX_SCORE_THREADS = 32  # past this the single reader thread sets the pace anyway
 _END = object()  # marks the end of a fragment's batches
 
 
@@ -34,8 +39,8 @@ class _Stopped(Exception):
 class _Pipe:
     """A bounded queue whose puts and gets give up once any stage has failed."""
 
-    def __init__(self, failed: threading.Event):
-        self.q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_DEPTH)
+    def __init__(self, failed: threading.Event, *, depth: int = QUEUE_DEPTH):
+        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.failed = failed
 
     def put(self, item: Any) -> None:
@@ -60,11 +65,25 @@ class _Pipe:
             yield item
 
 
+def cpu_threads() -> int:
+    """The CPUs this process should use: OMP_NUM_THREADS where set (Ray sets it to an
+    actor's CPUs), else the CPUs it may run on."""
+    configured = os.environ.get("OMP_NUM_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
     """Score every fragment still to do; returns their journal entries."""
     failed = threading.Event()
     errors: list[BaseException] = []
-    read_q, write_q = _Pipe(failed), _Pipe(failed)
+    calls = run.scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
+    pool = ThreadPoolExecutor(max_workers=calls, thread_name_prefix="score")
+    # Every batch in the pool has its future queued for the writer: room for all of them.
+    read_q, write_q = _Pipe(failed), _Pipe(failed, depth=QUEUE_DEPTH + calls)
     entries: list[Entry] = []
 
     def guarded(stage: Callable[[], None]) -> Callable[[], None]:
@@ -91,12 +110,13 @@ def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
 
     def write() -> None:
         current: _OutputFile | None = None
-        for fragment, table in write_q.drain():
+        for fragment, scored in write_q.drain():
             current = current or _OutputFile(run, fragment)
-            if table is _END:
+            if scored is _END:
                 entries.append(current.close())
                 current = None
             else:
+                table = scored.result()
                 current.write(table)
                 progress.advance(table.num_rows)
 
@@ -104,14 +124,18 @@ def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
     for t in threads:
         t.start()
 
-    def score() -> None:
+    def dispatch() -> None:
         for fragment, batch in read_q.drain():
-            write_q.put((fragment, batch if batch is _END else run.scorer.score(batch)))
+            scored: Future[pa.Table] | object = batch
+            if batch is not _END:
+                scored = pool.submit(run.scorer.score, batch)
+            write_q.put((fragment, scored))
         write_q.put(None)
 
-    guarded(score)()
+    guarded(dispatch)()
     for t in threads:
         t.join()
+    pool.shutdown(cancel_futures=True)
     if errors:
         raise errors[0]
     return entries

@@ -3,8 +3,8 @@
 Rows come from the Parquet footers (nothing is read).  Throughput per worker is
 measured by timing each of the local engine's stages (read, score on the job's device
 and backend, encode Parquet) on a sample of the input; the stages overlap, so the
-slowest sets the pace.  It is cached per model sha256, device type and backend under
-the registry root.  Fixed costs: start-up (listing the input, measured, plus a Ray or
+slowest sets the pace.  It is cached per model sha256, device type, backend and product
+version under the registry root.  Fixed costs: start-up (listing the input, measured, plus a Ray or
 Spark cluster's start), model load and compile (measured), commit.
 Estimate = fixed + rows / (rate x workers).
 """
@@ -16,6 +16,7 @@ import json
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,8 +24,10 @@ from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
+from .._version import __version__
 from ..dataset import InputDataset, open_input
 from ..engines import resolve_model
+from ..engines.local import MAX_SCORE_THREADS, cpu_threads
 from ..model import CompiledModel
 from ..registry import Registry
 from ..scorer import Scorer
@@ -121,7 +124,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     compile_seconds = time.perf_counter() - began
     cache = _Cache(registry)
     version = model.origin.get("sha256") or model.forest.model_kind
-    key = f"{version}|{model.device.type}|{model.backend}"
+    # The product version too: a newer engine may score at another pace.
+    key = f"{version}|{model.device.type}|{model.backend}|{__version__}"
     rate = cache.get(key)
     cached = rate is not None
     if rate is None:
@@ -171,33 +175,42 @@ def _workers(spec: JobSpec) -> int:
 
 def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
     """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
-    each timed on a sample: the stages overlap, so the slowest one sets the pace."""
+    each timed on a sample: the stages overlap, so the slowest one sets the pace.  The
+    sample is scored as the engine scores it, side by side where the engine does."""
     scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
+    calls = scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
     scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
-    stages = {"read": 0.0, "score": 0.0, "write": 0.0}
-    rows, writer = 0, None
+    began = time.perf_counter()
+    sample = _sample(data, columns=columns, batch_rows=scorer.batch_rows)
+    read = time.perf_counter() - began
+    with ThreadPoolExecutor(max_workers=calls) as pool:
+        began = time.perf_counter()
+        scored = list(pool.map(scorer.score, sample))
+        score = time.perf_counter() - began
+    began = time.perf_counter()
+    if scored:
+        with pq.ParquetWriter(io.BytesIO(), scored[0].schema, compression="snappy") as writer:
+            for table in scored:
+                writer.write_table(table)
+    write = time.perf_counter() - began
+    rows = sum(batch.num_rows for batch in sample)
+    slowest = max(read, score, write)
+    return rows / slowest if slowest > 0 else float(rows)
+
+
+def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
+    """The first SAMPLE_ROWS rows of the input (or all of it), in the engine's batches."""
     batches = (
         batch
         for fragment in data.fragments
-        for batch in data.batches(fragment, columns=columns, batch_rows=scorer.batch_rows)
+        for batch in data.batches(fragment, columns=columns, batch_rows=batch_rows)
     )
-    while rows < SAMPLE_ROWS:
-        began = time.perf_counter()
-        batch = next(batches, None)
-        stages["read"] += time.perf_counter() - began
-        if batch is None:
-            break
-        began = time.perf_counter()
-        scored = scorer.score(batch)
-        stages["score"] += time.perf_counter() - began
-        began = time.perf_counter()
-        writer = writer or pq.ParquetWriter(io.BytesIO(), scored.schema, compression="snappy")
-        writer.write_table(scored)
-        stages["write"] += time.perf_counter() - began
+    sample, rows = [], 0
+    while rows < SAMPLE_ROWS and (batch := next(batches, None)) is not None:
+        sample.append(batch)
         rows += batch.num_rows
-    slowest = max(stages.values())
-    return rows / slowest if slowest > 0 else float(rows)
+    return sample
 
 
 class _Cache:
