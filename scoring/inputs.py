@@ -268,7 +268,8 @@ def _check_values(mat: Matrix, forest: Forest, labels: list[str]) -> None:
 def _too_large(mat: Matrix, forest: Forest) -> Any:
     """inf, and for float32 readers the finite float64 values past float32's range (they
     would become inf); a float32 matrix holds none of those."""
-    if forest.input_dtype != "float32" or mat.dtype in (np.float32, torch.float32):
+    single = torch.float32 if isinstance(mat, torch.Tensor) else np.float32
+    if forest.input_dtype != "float32" or mat.dtype == single:
         return _isinf(mat)
     return _absolute(mat) > _FLOAT32_MAX
 

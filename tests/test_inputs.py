@@ -88,7 +88,9 @@ def test_inf_refused_where_native_refuses(name: str) -> None:
     X, _ = RECIPES[name].data(seed=1)
     X[3, 1] = np.inf
     X[4, 1] = -np.inf
-    with pytest.raises(InvalidValueError, match=r"'column 1' has 2 infinite"):
+    X[5, 1] = -1e39  # finite in float64, past float32's range: the float32 readers refuse it
+    assert X.dtype == np.float64
+    with pytest.raises(InvalidValueError, match=r"'column 1' has 3 infinite"):
         _tensor_model(name).predict(X)
 
 

@@ -372,3 +372,17 @@ def test_scorer_refuses_kept_column_named_like_an_output() -> None:
     with pytest.raises(MissingColumnError):
         Scorer(scoring.compile(built("lgb_cat_frame")[0], backend="tensor")).score(
             pa.table({"x": [1.0]}))  # fmt: skip
+
+
+def test_head_reads_what_the_scanner_reads(tmp_path: Path) -> None:
+    from scoring.dataset import open_input
+
+    for year in (2025, 2026):
+        (tmp_path / f"year={year}").mkdir()
+        table = pa.table({"x": np.arange(5000, dtype=np.float32), "n": np.arange(5000)})
+        pq.write_table(table, tmp_path / f"year={year}" / "part.parquet", row_group_size=2000)
+    data = open_input(str(tmp_path))
+    head = data.head(columns=["year", "x"], rows=10)
+    first = next(data.batches(data.fragments[0], columns=["year", "x"], batch_rows=10))
+    assert head.equals(pa.Table.from_batches([first]))
+    assert head.schema.field("year").type == pa.int32() and head["year"][0].as_py() == 2025

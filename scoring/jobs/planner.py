@@ -4,8 +4,8 @@ Rows come from the Parquet footers (nothing is read).  Throughput per worker is
 measured by timing each of the local engine's stages (read, score on the job's device
 and backend, encode Parquet) on a sample of the input; the stages overlap, so the
 slowest sets the pace.  It is cached per model sha256, device type, backend and product
-version under the registry root.  Fixed costs: start-up (listing the input, measured, plus a Ray or
-Spark cluster's start), model load and compile (measured), commit.
+version under the registry root.  Fixed costs: start-up (listing the input, measured,
+plus a Ray or Spark cluster's start), model load and compile (measured), commit.
 Estimate = fixed + rows / (rate x workers).
 """
 
