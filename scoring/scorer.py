@@ -87,9 +87,10 @@ class Scorer:
 
     def allow_parallel_calls(self, cpus: int) -> int:
         """How many ``score`` calls may run side by side on ``cpus`` CPUs (the caller's
-        promise).  Past one, XGBoost and LightGBM predict on one thread per call: one
-        call spread over every core waits at each batch for its slowest thread, and on
-        a busy machine that is the one sharing a core with the reader or writer."""
+        promise).  Past one, the native predictor runs on one thread per call: one call
+        spread over every core waits at each batch for its slowest thread, and on a busy
+        machine that is the one sharing a core with the reader or writer (scikit-learn
+        forests use one thread unless told otherwise, so they gain the most)."""
         if cpus < 2 or self.model.backend != "native":
             return 1  # torch spreads one call itself; a GPU takes one call at a time
         serial = self._native.one_thread()

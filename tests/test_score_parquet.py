@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -87,7 +88,9 @@ def _settings(model: Any) -> Any:
     return model.save_config() if hasattr(model, "save_config") else model.get_params()
 
 
-@pytest.mark.parametrize("name", ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "sk_rf_clf"])
+@pytest.mark.parametrize(
+    "name", ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "sk_rf_clf", "sk_hgb_frame"]
+)
 def test_parallel_native_calls_match_serial_ones_and_leave_the_model_alone(name: str) -> None:
     model, X = model_frame(name, rows=2000)
     before = _settings(model)
@@ -95,12 +98,19 @@ def test_parallel_native_calls_match_serial_ones_and_leave_the_model_alone(name:
     table = pa.Table.from_pandas(X, preserve_index=False)
     serial = scorer.score(table)
     calls = scorer.allow_parallel_calls(4)
-    assert calls == (1 if name == "sk_rf_clf" else 4)  # scikit-learn has no per-call threads
+    assert calls == (1 if name == "sk_hgb_frame" else 4)  # HGB's OpenMP threads: one call
     assert scorer.allow_parallel_calls(1) == 1
     with ThreadPoolExecutor(4) as pool:
         parts = list(pool.map(scorer.score, [table.slice(i, 250) for i in range(0, 2000, 250)]))
     assert pa.concat_tables(parts).equals(serial)
     assert _settings(model) == before  # the caller's model keeps its own thread setting
+
+
+def test_a_forest_that_predicts_on_threads_is_copied_to_one_thread() -> None:
+    model = copy.deepcopy(built("sk_rf_clf")[0]).set_params(n_jobs=2)  # built() is shared
+    scorer = Scorer(scoring.compile(model, backend="native"))
+    assert scorer.allow_parallel_calls(2) == 2
+    assert scorer._native.model.n_jobs == 1 and model.n_jobs == 2
 
 
 def test_engine_scores_side_by_side_in_file_order(

@@ -33,16 +33,21 @@ class NativeBackend:
         self.device = torch.device("cpu")
 
     def one_thread(self) -> NativeBackend | None:
-        """A copy whose every call runs on one thread, for engines that make several calls
-        side by side; None where the framework has no such setting.  The caller's model is
-        copied, never changed."""
-        kind = self.forest.model_kind
-        if kind == "xgboost.Booster":
-            booster = self.model.copy()
+        """A backend whose every call runs on one thread, for engines that make several
+        calls side by side; None where the framework has no such setting (LightGBM
+        Boosters, and HistGradientBoosting, whose OpenMP threads follow the process).
+        The caller's model is copied, never changed."""
+        model, framework = self.model, self.forest.framework
+        if self.forest.model_kind == "xgboost.Booster":
+            booster = model.copy()
             booster.set_param("nthread", 1)
             return NativeBackend(booster, self.forest)
-        if self.forest.framework in ("xgboost", "lightgbm") and hasattr(self.model, "n_jobs"):
-            clone = copy.deepcopy(self.model)
+        if framework == "sklearn" and self.forest.model_kind.startswith("HistGradientBoosting"):
+            return None
+        if framework == "sklearn" and getattr(model, "n_jobs", None) in (None, 1):
+            return self  # scikit-learn's trees predict on the calling thread already
+        if hasattr(model, "n_jobs") and hasattr(model, "set_params"):
+            clone = copy.deepcopy(model)
             clone.set_params(n_jobs=1)
             return NativeBackend(clone, self.forest)
         return None
