@@ -90,13 +90,13 @@ def child(kind: str, model_path: str, data: str, out: str, backend: str) -> None
     print(json.dumps({"seconds": seconds, "peak_mib": peak_mib, **stages}))
 
 
-COLD = False  # --cold: empty the page cache before each measurement
-
-
-def measure(kind: str, model_path: Path, data: Path, work: Path, backend: str = "auto") -> dict:
+def measure(
+    kind: str, model_path: Path, data: Path, work: Path, backend: str = "auto", *, cold: bool
+) -> dict:
+    """One run in its own process; ``cold`` empties the page cache first (needs root)."""
     out = work / f"out-{kind}-{backend}-{data.name}"
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    if COLD:
+    if cold:
         os.sync()
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     args = [sys.executable, __file__, "--child", kind, str(model_path), str(data), str(out),
@@ -117,21 +117,19 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    global COLD
-    COLD = args.cold
     import torch
 
     backends = ["auto"] + (["tensor"] if torch.cuda.is_available() else [])
     model_path, data = prepare(args.work, args.rows)
-    floor = measure("floor", model_path, data, args.work)
+    floor = measure("floor", model_path, data, args.work, cold=args.cold)
     rows = [("floor: read, native predict, write", "native", args.rows, floor)]
     for backend in backends:
-        rows.append(("local engine", backend, args.rows, measure("local", model_path, data,
-                                                                 args.work, backend)))  # fmt: skip
+        engine = measure("local", model_path, data, args.work, backend, cold=args.cold)
+        rows.append(("local engine", backend, args.rows, engine))
     if args.memory_rows:
         _, big = prepare(args.work, args.memory_rows)
         rows.append(("local engine", "auto", args.memory_rows,
-                     measure("local", model_path, big, args.work)))  # fmt: skip
+                     measure("local", model_path, big, args.work, cold=args.cold)))  # fmt: skip
     write_results(args, rows, floor)
 
 
@@ -148,8 +146,8 @@ def engine_main(engine: str, *, doc: str, note: str) -> None:
 def compare_engine(engine: str, *, rows: int, work: Path, out: Path | None, note: str) -> None:
     """``engine`` against the local engine on the same data; a markdown table."""
     model_path, data = prepare(work, rows)
-    local = measure("local", model_path, data, work)
-    other = measure(engine, model_path, data, work)
+    local = measure("local", model_path, data, work, cold=False)
+    other = measure(engine, model_path, data, work, cold=False)
     tag = "cuda" if "no GPU" not in machine() else "cpu"
     out = out or Path(__file__).parent / "results" / f"e2e_{engine}_{tag}.md"
     lines = [f"# {engine.capitalize()} engine end to end ({date.today()})", "",

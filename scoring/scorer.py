@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -91,13 +92,16 @@ class Scorer:
         spread over every core waits at each batch for its slowest thread, and on a busy
         machine that is the one sharing a core with the reader or writer (scikit-learn
         forests use one thread unless told otherwise, so they gain the most)."""
-        if cpus < 2 or self.model.backend != "native":
+        if cpus < 2 or self._one_thread is None:
             return 1  # torch spreads one call itself; a GPU takes one call at a time
-        serial = self._native.one_thread()
-        if serial is None:
-            return 1
-        self._native = serial
+        self._native = self._one_thread
         return cpus
+
+    @cached_property
+    def _one_thread(self) -> Any:
+        """The native predictor on one thread per call, copied once per Scorer (an actor
+        runs the engine once per file)."""
+        return self.model._impl.one_thread() if self.model.backend == "native" else None
 
     # -- schema --------------------------------------------------------------------
 
