@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from ..commit import Entry
 from ..dataset import Fragment
 from ..progress import RunProgress
+from ..scorer import Scorer
 from .base import Run
 
 __all__ = ["run_local"]
@@ -76,11 +77,16 @@ def cpu_threads() -> int:
     return os.cpu_count() or 1
 
 
+def parallel_calls(scorer: Scorer) -> int:
+    """How many batches the engine scores side by side with ``scorer`` on this process."""
+    return scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
+
+
 def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
     """Score every fragment still to do; returns their journal entries."""
     failed = threading.Event()
     errors: list[BaseException] = []
-    calls = run.scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
+    calls = parallel_calls(run.scorer)
     pool = ThreadPoolExecutor(max_workers=calls, thread_name_prefix="score")
     # Every batch in the pool has its future queued for the writer: room for all of them.
     read_q, write_q = _Pipe(failed), _Pipe(failed, depth=QUEUE_DEPTH + calls)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from .._version import __version__
 from ..dataset import InputDataset, open_input
 from ..engines import resolve_model
-from ..engines.local import MAX_SCORE_THREADS, cpu_threads
+from ..engines.local import parallel_calls
 from ..model import CompiledModel
 from ..registry import Registry
 from ..scorer import Scorer
@@ -179,7 +179,7 @@ def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
     sample is scored as the engine scores it, side by side where the engine does."""
     scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
-    calls = scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
+    calls = parallel_calls(scorer)
     scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
     began = time.perf_counter()
     sample = _sample(data, columns=columns, batch_rows=scorer.batch_rows)
