@@ -41,12 +41,14 @@ demo: install
 test: install
 	$(BIN)/ruff check scoring models tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -q
 
 lint: install
 	$(BIN)/ruff check scoring models tests benchmarks
 	$(BIN)/ruff format --check scoring models tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: install
 	$(BIN)/python benchmarks/compile_throughput.py

@@ -20,16 +20,15 @@ The stable surface (see DESIGN.md)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from . import errors
 from ._version import __version__
+from .bundle import Bundle
+from .catalog import Registry
 from .engines import ScoreReport, score_parquet
 from .errors import ScoringError
 from .model import CompiledModel
 from .model import compile_model as compile
-from .registry import Bundle, ModelVersion, Registry
+from .registry import ModelVersion
 
 __all__ = [
     "Bundle",
@@ -48,7 +47,9 @@ __all__ = [
 _LAZY = ("jobs", "ray", "spark")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return importlib.import_module(f".{name}", __name__)
+def __getattr__(name: str) -> object:
+    if name in _LAZY:  # imported here, on first use: see the module docstring
+        from importlib import import_module
+
+        return import_module(f".{name}", __name__)
     raise AttributeError(f"module 'scoring' has no attribute {name!r}")

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+__all__ = ["rows_per_second"]
+
 
 def rows_per_second(fn: Callable[[Any], Any], X: Any, *, repeats: int = 3) -> float:
     """Best-of-``repeats`` throughput of ``fn(X)`` after one warm-up call."""
@@ -22,11 +24,3 @@ def rows_per_second(fn: Callable[[Any], Any], X: Any, *, repeats: int = 3) -> fl
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return len(X) / best
-
-
-def max_error(ours: Any, ref: Any) -> float:
-    """Largest absolute error, relative where the reference exceeds 1."""
-    import numpy as np
-
-    a, b = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)), initial=0.0))

@@ -20,11 +20,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import InputError, InputFileError
+from .errors import InputError, InputFileError, translated
 
 __all__ = ["Fragment", "InputDataset", "arrow_filesystem", "open_input"]
 
 _GLOB_CHARS = set("*?[")
+_FIX = "fix or remove the file"
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,10 @@ class InputDataset:
     ) -> Iterator[pa.RecordBatch]:
         """The fragment's rows in file order, ``batch_rows`` at a time."""
         piece = self.pieces[fragment.index]
-        try:
+        with translated("parquet", f"cannot read Parquet file {fragment.path!r}", fix=_FIX):
             yield from piece.to_batches(
                 columns=list(columns), schema=self.schema, batch_size=batch_rows, use_threads=True
             )
-        except (OSError, pa.ArrowException) as exc:
-            raise InputFileError(
-                f"cannot read Parquet file {fragment.path!r}: {exc}; fix or remove the file"
-            ) from exc
 
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
         """Up to ``rows`` rows of the first non-empty file (for checks before writing).
@@ -82,13 +79,11 @@ class InputDataset:
         first = next(f for f in self.fragments if f.rows > 0)
         piece = self.pieces[first.index]
         stored = [c for c in columns if c in piece.physical_schema.names]
-        try:
-            with self.dataset.filesystem.open_input_file(piece.path) as f:
-                batch = next(pq.ParquetFile(f).iter_batches(batch_size=rows, columns=stored))
-        except (OSError, pa.ArrowException) as exc:
-            raise InputFileError(
-                f"cannot read Parquet file {first.path!r}: {exc}; fix or remove the file"
-            ) from exc
+        with (
+            translated("parquet", f"cannot read Parquet file {first.path!r}", fix=_FIX),
+            self.dataset.filesystem.open_input_file(piece.path) as f,
+        ):
+            batch = next(pq.ParquetFile(f).iter_batches(batch_size=rows, columns=stored))
         keys = pads.get_partition_keys(piece.partition_expression)  # key=value directories
         arrays = [
             batch.column(c) if c in stored else pa.array([keys.get(c)] * batch.num_rows)
@@ -120,7 +115,7 @@ def open_input(url: str) -> InputDataset:
         raise InputFileError(f"input {url!r} does not exist")
     if files is not None and not files:
         raise InputError(f"input {url!r} matches no files")
-    try:
+    with translated("parquet", f"cannot read the Parquet input {url!r}"):
         dataset = pads.dataset(
             files if files is not None else path,
             filesystem=arrow_filesystem(fs),
@@ -128,8 +123,6 @@ def open_input(url: str) -> InputDataset:
             partitioning="hive",
             partition_base_dir=base if files is not None else None,
         )
-    except (OSError, pa.ArrowException) as exc:
-        raise InputFileError(f"cannot read the Parquet input {url!r}: {exc}") from exc
     pieces = list(dataset.get_fragments())
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     if not fragments or not any(f.rows for f in fragments):
@@ -144,12 +137,8 @@ def _glob_base(pattern: str) -> str:
 
 
 def _fragment(index: int, piece: Any, fs: Any, base: str) -> Fragment:
-    try:
+    with translated("parquet", f"Parquet file {piece.path!r} is corrupt or unreadable", fix=_FIX):
         rows = int(piece.metadata.num_rows)
-    except (OSError, pa.ArrowException) as exc:
-        raise InputFileError(
-            f"Parquet file {piece.path!r} is corrupt or unreadable ({exc}); fix or remove it"
-        ) from exc
     info = fs.info(piece.path)
     stamp = f"{piece.path}|{info.get('size')}|{info.get('mtime') or info.get('LastModified')}"
     relpath = piece.path[len(base) :].lstrip("/") if piece.path.startswith(base) else piece.path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ScoringError",
+    "ConfigError",
     "UnsupportedModelError",
     "ModelFileError",
     "UntrustedModelError",
@@ -30,11 +31,16 @@ __all__ = [
     "RegistryAccessError",
     "JobFileError",
     "DeadlineError",
+    "EngineError",
 ]
 
 
 class ScoringError(Exception):
     """Base class of every error raised by the scoring package."""
+
+
+class ConfigError(ScoringError, ValueError):
+    """A wrong option, engine, backend, device or job setting: a rerun cannot fix it."""
 
 
 class UnsupportedModelError(ScoringError, TypeError):
@@ -113,9 +119,87 @@ class RegistryAccessError(RegistryError, OSError):
     """The registry root or database cannot be reached or written."""
 
 
-class JobFileError(ScoringError, ValueError):
+class JobFileError(ConfigError):
     """A job file is unreadable, not TOML, or has a wrong key or value (named)."""
 
 
 class DeadlineError(ScoringError):
     """The plan says the job cannot finish before its deadline."""
+
+
+class EngineError(ScoringError):
+    """A Ray or Spark job failed for a reason of its own (a lost worker, a cluster error)."""
+
+
+# -- third-party errors at each boundary ------------------------------------------------
+
+#: Per boundary: the exceptions the libraries there raise, by their defining module and
+#: name (the libraries are imported only where they are used), and the error of ours
+#: each one becomes.  ``translated(boundary, ...)`` applies it; tests raise every entry.
+TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
+    "model file": {
+        "xgboost.core.XGBoostError": ModelFileError,
+        "lightgbm.basic.LightGBMError": ModelFileError,
+        "zipfile.BadZipFile": ModelFileError,  # skops files are zip archives
+        "builtins.UnicodeDecodeError": ModelFileError,  # LightGBM model text
+    },
+    "fitted model": {
+        "sklearn.exceptions.NotFittedError": UnsupportedModelError,
+        "builtins.TypeError": UnsupportedModelError,  # not an estimator at all
+    },
+    "hummingbird": {
+        "builtins.ValueError": UnsupportedModelError,  # e.g. XGBoost 3's base_score format
+    },
+    "parquet": {
+        "pyarrow.lib.ArrowException": InputFileError,
+        "builtins.OSError": InputFileError,  # fsspec reports I/O as OSError
+    },
+    "registry database": {
+        "sqlalchemy.exc.ArgumentError": RegistryAccessError,
+        "sqlalchemy.exc.OperationalError": RegistryAccessError,
+        "builtins.ImportError": RegistryAccessError,  # its driver is not installed
+    },
+    "ray": {
+        "ray.exceptions.RayError": EngineError,
+    },
+    "spark": {
+        "py4j.protocol.Py4JError": EngineError,
+        "pyspark.errors.exceptions.base.PySparkException": EngineError,
+    },
+}
+
+
+def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
+    """The boundary's exception classes whose libraries are loaded (one that is not
+    cannot have raised anything)."""
+    import sys
+
+    found = {}
+    for name, ours in TRANSLATIONS[boundary].items():
+        module, _, attr = name.rpartition(".")
+        kind = getattr(sys.modules.get(module), attr, None)
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            found[kind] = ours
+    return found
+
+
+class translated:
+    """``with translated("parquet", "cannot read 'x.parquet'", fix="..."):`` turns the
+    boundary's third-party exceptions into ours: ``<what>: <their message>; <fix>``."""
+
+    def __init__(self, boundary: str, what: str, *, fix: str = ""):
+        self.boundary, self.what, self.fix = boundary, what, fix
+
+    def __enter__(self) -> translated:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> None:
+        if exc is None or isinstance(exc, ScoringError):
+            return
+        for known, ours in _resolved(self.boundary).items():
+            if isinstance(exc, known):
+                detail = str(exc).strip().splitlines()
+                message = f"{self.what}: {detail[-1] if detail else type(exc).__name__}"
+                raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc

@@ -24,7 +24,15 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Forest", "Tree", "PostTransform", "Task", "ZERO_THRESHOLD"]
+__all__ = [
+    "Forest",
+    "PostTransform",
+    "Task",
+    "Tree",
+    "ZERO_THRESHOLD",
+    "largest_float32_at_most",
+    "largest_float32_below",
+]
 
 #: LightGBM's kZeroThreshold, a float32 1e-35 read as double: a value this close to zero
 #: counts as zero (and its dense-row reader turns it into exactly 0.0).
@@ -81,7 +89,7 @@ class Tree:
 class Forest:
     """A whole tree ensemble with its framework's semantics made explicit."""
 
-    framework: Literal["sklearn", "xgboost", "lightgbm"]
+    framework: str  # the name of its module in scoring.frameworks
     model_kind: str  # e.g. "XGBClassifier", "lightgbm.Booster", "RandomForestRegressor"
     task: Task
     trees: list[Tree]
@@ -133,3 +141,23 @@ class Forest:
     @property
     def has_missing_zero(self) -> bool:
         return any(t.missing_zero is not None and t.missing_zero.any() for t in self.trees)
+
+
+def largest_float32_at_most(t: np.ndarray) -> np.ndarray:
+    """The largest float32 ``<= t`` (as float64), so ``x32 <= t  <=>  x32 <= result``.
+
+    Rounding ``t`` to the nearest float32 instead would send a value lying between the
+    two to the wrong branch.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        t32 = t.astype(np.float32)
+    above = t32.astype(np.float64) > t
+    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
+    return t32.astype(np.float64)
+
+
+def largest_float32_below(t: np.ndarray) -> np.ndarray:
+    """For a strict float32 test ``x < t``: the largest float32 strictly below ``t``."""
+    t32 = np.asarray(t, dtype=np.float32)
+    return np.nextafter(t32, np.float32(-np.inf)).astype(np.float64)

@@ -12,7 +12,7 @@ import pytest
 
 from models import SMALL_RECIPES, Recipe
 from scoring.backends.native import NativeBackend
-from scoring.importers import import_model
+from scoring.frameworks import import_model
 from scoring.ir import Forest
 
 warnings.filterwarnings("ignore", category=UserWarning)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scoring.cli import app
-from scoring.registry.verify import probe_frame
+from scoring.parity import probe_frame
 
 from .conftest import built
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 from pathlib import Path
 
@@ -176,3 +177,19 @@ def test_cuda_matches_native(strategy: str) -> None:
         X = _rows(name)
         cm = scoring.compile(model, backend="tensor", device="cuda", strategy=strategy)
         np.testing.assert_allclose(cm.predict_proba(X), native.predict_proba(X), atol=1e-5)
+
+
+def test_skops_files_load_only_the_listed_types(tmp_path: Path) -> None:
+    import skops.io as sio
+
+    model = copy.deepcopy(built("sk_rf_clf")[0])
+    model.hook = len  # a builtin: trusted by no whole-module rule, so refused
+    path = tmp_path / "model.skops"
+    sio.dump(model, path)
+    with pytest.raises(UntrustedModelError, match=r"builtins\.len"):
+        scoring.compile(path)
+    X = np.zeros((3, model.n_features_in_))
+    assert scoring.compile(path, trusted=True, backend="native").predict(X).shape == (3,)
+    plain = tmp_path / "plain.skops"
+    sio.dump(copy.deepcopy(built("sk_rf_clf")[0]), plain)
+    assert scoring.compile(plain, backend="native").predict(X).shape == (3,)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import scoring
 from scoring.errors import ParityError, UnsupportedModelError
 from scoring.ir import Forest
-from scoring.probes import feature_candidates
+from scoring.parity import feature_candidates
 
 from .conftest import RECIPES, as_model_input, built
 

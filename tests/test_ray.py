@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
+from scoring.engines.ray import RayEngine
 from scoring.errors import MissingColumnError, ScoringError
 from scoring.ray import plan_workers
 
@@ -134,23 +136,17 @@ def test_ray_publishes_what_an_interrupted_run_journaled(
     assert sorted(ids.tolist()) == list(range(1500)) and (tmp_path / "out" / "_SUCCESS").exists()
 
 
-def _actor_pids() -> list[int]:
-    """Processes running a file-scoring actor (Ray titles them after the class)."""
-    import psutil
-
-    return [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if "_FileWorker" in " ".join(p.info["cmdline"] or [])
-    ]
-
-
 def test_killed_actor_leaves_complete_duplicate_free_output(
-    tmp_path: Path, ray_session: Any
+    tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, X = model_frame("xgb_clf", rows=40_000)
     write_input(X, tmp_path / "in", files=40)
     journal = tmp_path / "out" / "_temporary" / "_journal"
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    # Each actor announces itself after its first file and waits: the kill lands mid-job
+    # by that event, however fast or slow the machine is.
+    monkeypatch.setattr(RayEngine, "hold_after_first_file", str(hold))
     outcome: dict[str, Any] = {}
 
     def job() -> None:
@@ -164,21 +160,22 @@ def test_killed_actor_leaves_complete_duplicate_free_output(
 
     thread = threading.Thread(target=job)
     thread.start()
-    while not (journal.exists() and any(journal.glob("*.json"))):
+    while not any(hold.iterdir()):  # the event: an actor holds after its first file
         assert thread.is_alive(), outcome
         time.sleep(0.01)
-    pids = _actor_pids()
-    assert pids, "no scoring actor found to kill"
-    done_before = len(list(journal.glob("*.json")))
-    for pid in pids:  # mid-job: files remain to be scored
+    held = [int(p.name) for p in hold.iterdir()]
+    assert len(list(journal.glob("*.json"))) == len(held) < 40  # files remain to be scored
+    for pid in held:
         os.kill(pid, signal.SIGKILL)
+    (hold / "release").touch()  # restarted actors go straight on
     thread.join()
-    assert done_before < 40 and "error" not in outcome, outcome
-    # The restarted actor (a new process) finished the job.
-    assert len(outcome["result"].workers) == 2, outcome["result"].workers
+    assert "error" not in outcome, outcome
     ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
     assert len(ids) == 40_000 and sorted(ids.tolist()) == list(range(40_000))
     assert (tmp_path / "out" / "_SUCCESS").exists()
     assert sorted(os.listdir(tmp_path / "out")) == sorted(
         ["_SUCCESS", "_scoring_manifest.json", *(f"part-{i}.parquet" for i in range(40))]
     )
+    # The killed actors' first files count for nobody: a restarted actor (a new
+    # process) scored every row that reached the output.
+    assert not set(outcome["result"].workers) & {f"{socket.gethostname()}:{p}" for p in held}

@@ -13,6 +13,7 @@ import pytest
 from sklearn.linear_model import LinearRegression
 
 import scoring
+from scoring import Bundle
 from scoring.errors import (
     IntegrityError,
     ModelNotFoundError,
@@ -22,8 +23,7 @@ from scoring.errors import (
     UntrustedModelError,
     VerificationError,
 )
-from scoring.registry import Bundle
-from scoring.registry.verify import probe_frame
+from scoring.parity import TOLERANCE, max_error, probe_frame
 
 from .conftest import built
 
@@ -137,7 +137,7 @@ def test_unsupported_or_untrusted_models_store_nothing(
 def test_failed_verification_blocks_promotion(
     registry: scoring.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("scoring.registry.verify.TOLERANCE", -1.0)  # nothing can pass
+    monkeypatch.setattr("scoring.parity.TOLERANCE", -1.0)  # nothing can pass
     mv = registry.register("m", built("xgb_reg")[0])
     assert not mv.verified and not mv.verification["cpu"].passed
     with pytest.raises(VerificationError, match="m@1"):
@@ -154,7 +154,7 @@ def test_bundle_compiles_without_the_registry(registry: scoring.Registry) -> Non
     bundle = Bundle.from_bytes(payload)
     assert bundle.ref == "b@1" and bundle.manifest["format_version"] == 1
     X = probe_frame(forest)
-    cm = bundle.compile(backend="tensor", device="cpu")
+    cm = scoring.compile(bundle, backend="tensor", device="cpu")
     np.testing.assert_array_equal(cm.predict(X), native.predict(X))
     broken = bytearray(payload)
     broken[payload.index(b"tree\n") + 20] ^= 0x01  # a byte inside the model text
@@ -164,7 +164,7 @@ def test_bundle_compiles_without_the_registry(registry: scoring.Registry) -> Non
         manifest=bundle.manifest, model_bytes=bundle.model_bytes.replace(b"tree\n", b"tree \n", 1)
     )
     with pytest.raises(IntegrityError, match="b@1"):
-        swapped.compile()
+        scoring.compile(swapped)
 
 
 def test_sample_is_verified_and_kept(registry: scoring.Registry) -> None:
@@ -205,3 +205,30 @@ def test_concurrent_registrations_take_distinct_numbers(tmp_path: Path) -> None:
         got: list[Any] = pool.map(_register_from, [(root, str(path))] * 8)
     assert sorted(got) == list(range(1, 9))
     assert [mv.version for mv in scoring.Registry(root).versions("shared")] == list(range(1, 9))
+
+
+@pytest.mark.parametrize("name", ["xgb_clf", "lgb_reg", "sk_rf_clf"])
+def test_identical_bytes_registered_again_stand_alone(
+    registry: scoring.Registry, name: str
+) -> None:
+    model, forest, native = built(name)
+    X = probe_frame(forest, n_rows=200)
+    first = registry.register("churn", model, sample=X)
+    again = registry.register("churn", model, sample=X)  # same bytes, same sample
+    other = registry.register("upsell", model)  # same bytes under another name
+    assert first.sha256 == again.sha256 == other.sha256  # one model: one identity
+    assert len(_artifact_files(registry)) == 2  # one model file and one sample, shared
+    for ref in ("churn@2", "upsell@1"):
+        assert max_error(registry.load(ref, backend="tensor").predict(X), native.predict(X)) <= (
+            TOLERANCE
+        )
+    assert registry.verify("churn@2").verified
+    registry.delete_version("churn", 1)  # the bytes stay: churn@2 and upsell@1 hold them
+    assert registry.verify("churn@2").verified and registry.load("upsell@1") is not None
+    registry.delete_version("churn", 2)  # upsell@1 still holds the model, nobody the sample
+    assert len(_artifact_files(registry)) == 1
+    np.testing.assert_array_equal(
+        registry.load("upsell@1", backend="native").predict(X), native.predict(X)
+    )
+    registry.delete_version("upsell", 1)
+    assert _artifact_files(registry) == []

@@ -24,7 +24,7 @@ import scoring
 from scoring.cli import app
 from scoring.engines import local
 from scoring.errors import InputError, InvalidValueError, MissingColumnError, OutputError
-from scoring.registry.verify import probe_frame
+from scoring.parity import probe_frame
 from scoring.scorer import Scorer
 
 from .conftest import built
@@ -110,7 +110,7 @@ def test_a_forest_that_predicts_on_threads_is_copied_to_one_thread() -> None:
     model = copy.deepcopy(built("sk_rf_clf")[0]).set_params(n_jobs=2)  # built() is shared
     scorer = Scorer(scoring.compile(model, backend="native"))
     assert scorer.allow_parallel_calls(2) == 2
-    assert scorer._native.model.n_jobs == 1 and model.n_jobs == 2
+    assert scorer.backend.model.n_jobs == 1 and model.n_jobs == 2
 
 
 def test_engine_scores_side_by_side_in_file_order(
@@ -236,7 +236,7 @@ def test_hive_partitions_glob_and_memory_filesystem(tmp_path: Path) -> None:
     model, X = model_frame("xgb_reg", rows=900)
     X["id"] = np.arange(len(X))
     fs = fsspec.filesystem("memory")
-    for day, part in zip(["2026-11-20", "2026-11-21"], np.array_split(X, 2), strict=True):
+    for day, part in zip(["2026-11-20", "2026-11-21"], [X.iloc[:450], X.iloc[450:]], strict=True):
         with fs.open(f"/hive/date={day}/part-0.parquet", "wb") as f:
             pq.write_table(pa.Table.from_pandas(part, preserve_index=False), f)
     scoring.score_parquet("memory://hive", "memory://scored", model, keep=["id", "date"],
@@ -295,20 +295,21 @@ def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> Non
     cm = scoring.compile(model, backend="tensor", device="cpu")
     scorer = Scorer(cm)
     whole = scorer.score(pa.Table.from_pandas(X))
-    once = scorer._tensor_once
+    backend = cm.implementation
+    once = backend._score_once
     sizes = []
 
-    def small_device(mat: Any) -> Any:
+    def small_device(mat: Any, *, raw: bool) -> Any:
         sizes.append(len(mat))
         if len(mat) > 300:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return once(mat)
+        return once(mat, raw=raw)
 
-    monkeypatch.setattr(scorer, "_tensor_once", small_device)
+    monkeypatch.setattr(backend, "_score_once", small_device)
     split = scorer.score(pa.Table.from_pandas(X))
     np.testing.assert_allclose(split["probability"], whole["probability"], atol=1e-6)
     assert split["label"].equals(whole["label"]) and split.num_rows == 1000
-    assert max(s for s in sizes if s <= 300) == 250
+    assert max(s for s in sizes if s <= 300) == 250 and scorer.batch_rows == 1024
 
 
 def _cli_score(*args: str) -> Any:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring.errors import MissingColumnError
+from scoring.errors import EngineError, MissingColumnError
 
 from .test_score_parquet import assert_native_parity, model_frame, native_columns, write_input
 
@@ -197,11 +197,22 @@ def test_gpu_executors_without_task_gpus_warn() -> None:
     assert chosen.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") == "5000"
 
 
+def test_an_executor_failure_is_one_engine_error_naming_it(tmp_path: Path, spark: Any) -> None:
+    model, X = model_frame("sk_gb_clf", rows=3000)  # GradientBoosting refuses NaN
+    X.iloc[2500, 1] = np.nan  # past the rows the driver checks: only an executor sees it
+    write_input(X, tmp_path / "in", files=1)
+    with pytest.raises(EngineError, match=r"Spark job failed.*NaN") as caught:
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="spark",
+                              keep=["id"], progress=False)  # fmt: skip
+    assert type(caught.value.__cause__).__module__.startswith(("pyspark", "py4j"))
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
 def test_task_gpu_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     from pyspark import TaskContext
     from pyspark.resource import ResourceInformation
 
-    from scoring.spark._worker import task_device
+    from scoring.engines.spark import task_device
 
     class Context:
         def resources(self) -> dict[str, Any]:

@@ -11,13 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
-from ..errors import CompileError, DependencyError, ParityError, UnsupportedModelError
+from ..errors import (
+    CompileError,
+    DependencyError,
+    ParityError,
+    UnsupportedModelError,
+    translated,
+)
 from ..ir import Forest
-from ..probes import probe_rows
-from ._outputs import squeeze
+from ..outputs import squeeze
+from ..parity import TOLERANCE, probe_rows, row_errors
+from . import CPU_BATCH_ROWS, Backend
 from .native import NativeBackend
+
+__all__ = ["HB_STRATEGIES", "HummingbirdBackend"]
 
 #: Our strategy names -> hummingbird's tree_implementation names.
 HB_STRATEGIES = {
@@ -25,21 +35,40 @@ HB_STRATEGIES = {
     "tree_traversal": "tree_trav",
     "perfect_tree_traversal": "perf_tree_trav",
 }
-TOLERANCE = 1e-5
 
 
 class HummingbirdBackend:
     name = "hummingbird"
+    strategy_reason = "requested"
+    batch_rows = CPU_BATCH_ROWS
 
     def __init__(
         self, model: Any, forest: Forest, *, device: torch.device, strategy: str, verify: bool
     ):
         self.forest = forest
         self.device = device
-        self.strategy = strategy
+        self.strategy: str | None = strategy
+        native = NativeBackend(model, forest)
+        if not native.predictor.sklearn_api:
+            # It refuses xgboost.Booster and returns raw margins for lightgbm.Booster.
+            raise UnsupportedModelError(
+                f"hummingbird cannot score {forest.model_kind} correctly; pass the "
+                "sklearn-API estimator or use backend='tensor'"
+            )
         self.model = _convert(model, forest, device=device, strategy=strategy)
         if verify:
-            self._verify(NativeBackend(model, forest))
+            self._verify(native)
+
+    def for_parallel_calls(self) -> Backend | None:
+        return None
+
+    def score(
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        return self._outputs(self, mat), (self.predict_raw(mat) if raw else None)
+
+    def predict_leaf(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        raise CompileError("backend 'hummingbird' does not report leaves")
 
     def _input(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         arr = mat.cpu().numpy() if isinstance(mat, torch.Tensor) else mat
@@ -59,16 +88,14 @@ class HummingbirdBackend:
             )
         return squeeze(np.asarray(self.model.decision_function(self._input(mat))))
 
-    def _outputs(self, backend: Any, rows: np.ndarray) -> np.ndarray:
+    def _outputs(self, backend: Any, rows: np.ndarray | torch.Tensor) -> np.ndarray:
         if self.forest.task in ("binary", "multiclass"):
             return np.asarray(backend.predict_proba(rows), dtype=np.float64)
         return np.asarray(backend.predict(rows), dtype=np.float64)
 
     def _verify(self, native: NativeBackend) -> None:
         rows = probe_rows(self.forest, n_rows=2048).astype(np.float32)
-        ours, ref = self._outputs(self, rows), self._outputs(native, rows)
-        err = np.abs(ours - ref) / np.maximum(1.0, np.abs(ref))
-        err = np.nan_to_num(err, nan=np.inf).reshape(len(rows), -1).max(axis=1)
+        err = row_errors(self._outputs(self, rows), self._outputs(native, rows))
         bad = err > TOLERANCE
         if bad.any():
             with_nan = int(np.isnan(rows[bad]).any(axis=1).sum())
@@ -86,17 +113,7 @@ def _convert(model: Any, forest: Forest, *, device: torch.device, strategy: str)
         import hummingbird.ml as hb
     except ImportError as exc:
         raise DependencyError("backend='hummingbird' needs hummingbird-ml installed") from exc
-    if forest.model_kind.endswith(".Booster"):
-        # It refuses xgboost.Booster and returns raw margins for lightgbm.Booster.
-        raise UnsupportedModelError(
-            f"hummingbird cannot score {forest.model_kind} correctly; pass the sklearn-API "
-            "estimator or use backend='tensor'"
-        )
     extra = {} if strategy == "auto" else {"tree_implementation": HB_STRATEGIES[strategy]}
-    try:
+    with translated("hummingbird", f"hummingbird cannot convert {forest.model_kind}"):
         converted = hb.convert(model, "torch", extra_config=extra)
-    except Exception as exc:  # hummingbird raises bare errors for what it cannot handle
-        raise UnsupportedModelError(
-            f"hummingbird cannot convert {forest.model_kind}: {exc}"
-        ) from exc
     return converted.to(str(device))

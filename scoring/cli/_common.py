@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import typer
 
-from ..errors import ScoringError
+from ..errors import ConfigError, ScoringError
 
 __all__ = ["REGISTRY_OPTION", "fail", "reported"]
 
@@ -30,5 +30,7 @@ def reported(command: str) -> Iterator[None]:
     """Turn a ScoringError into its one-line reason on stderr and exit status 1."""
     try:
         yield
+    except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
+        raise fail(command, " ".join(str(exc).split()), code=2) from None
     except ScoringError as exc:
         raise fail(command, " ".join(str(exc).split())) from None

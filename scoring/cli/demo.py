@@ -40,8 +40,8 @@ def demo(
 def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None:
     from models import DEMO_RECIPE, make_data
 
+    from ..catalog import Registry
     from ..jobs import JobSpec, run_job
-    from ..registry import Registry
 
     start = time.perf_counter()
     reg = Registry(registry)

@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..registry import ModelVersion, Registry, Verification
+from ..catalog import Registry
+from ..parity import Verification
+from ..registry import ModelVersion
 from ._common import REGISTRY_OPTION, fail, reported
 
 __all__ = ["models_app"]

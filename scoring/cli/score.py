@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 from rich.console import Console
 
 from ._common import REGISTRY_OPTION, fail, reported
 
 __all__ = ["score"]
+
+
+def _value(text: str) -> object:
+    """An option's value: a number, true/false or a JSON object where it reads as one,
+    else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _columns(value: str) -> list[str]:
@@ -21,6 +32,9 @@ def score(
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
     outputs: str = typer.Option("default", help="default, raw (default + margins) or all"),
     engine: str = typer.Option("local", help="local, ray or spark"),
+    option: list[str] = typer.Option(
+        [], "--engine-option", help="KEY=VALUE, an engine option (repeatable)"
+    ),
     ray_address: str | None = typer.Option(
         None, help="engine ray: a running cluster (host:port or auto); default: start one"
     ),
@@ -38,17 +52,14 @@ def score(
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from ..engines import score_parquet
 
-    options: dict[str, object] = {}
-    if ray_address is not None:
-        options["address"] = ray_address
-    if workers is not None:
-        options["num_workers"] = workers
-    if options and engine != "ray":
-        raise fail("score", "--ray-address and --workers need --engine ray", code=2)
-    if spark_master is not None:
-        if engine != "spark":
-            raise fail("score", "--spark-master needs --engine spark", code=2)
-        options["master"] = spark_master
+    # Shorthands for common engine options; the engine refuses one it does not take.
+    named = {"address": ray_address, "num_workers": workers, "master": spark_master}
+    options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
+    for pair in option:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail("score", f"--engine-option {pair!r} is not KEY=VALUE", code=2)
+        options[key] = _value(value)
     with reported("score"):
         result = score_parquet(
             input,

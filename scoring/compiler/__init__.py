@@ -13,7 +13,9 @@ A forced ``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitE
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +37,10 @@ from .transforms import transform
 
 __all__ = ["STRATEGIES", "TensorForest", "compile_forest", "choose_strategy", "transform"]
 
-STRATEGIES = ("gemm", "tree_traversal", "perfect_tree_traversal")
+#: A strategy builds (paths module, leaves, per-row cost in elements) for a forest from
+#: its node test; a new strategy is one function and one row of :data:`_BUILDERS`.
+_Built = tuple[nn.Module, Any, int]
+_Builder = Callable[[Forest, Callable[[NodeParams], NodeTest], int], _Built]
 #: Default ceiling for the perfect layout's tables.
 PERFECT_MAX_BYTES = 1 << 30
 #: Elements of the widest intermediate per chunk of rows (bounds scratch memory).
@@ -140,24 +145,46 @@ def compile_forest(
         return NodeTest(params, bits, cat_check_before_trunc=forest.cat_check_before_trunc)
 
     acc = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
-    paths: nn.Module
-    row_cost = forest.n_trees * 8  # traversals: a handful of [B, T] temporaries
-    if choice.name == "perfect_tree_traversal":
-        need = perfect_layout_bytes(forest)
-        if need > max_perfect_bytes:
-            raise ResourceLimitError(
-                f"perfect_tree_traversal needs {need >> 20} MiB for depth {forest.max_depth} "
-                f"(limit {max_perfect_bytes >> 20} MiB); use strategy='tree_traversal' or 'auto'"
-            )
-        perfect = perfect_layout(forest)
-        paths, leaves = PerfectTreeTraversal(perfect, test(perfect.params)), perfect.leaves
-    elif choice.name == "gemm":
-        gemm = gemm_layout(forest)
-        paths, leaves = Gemm(gemm, test(gemm.params)), gemm.leaves
-        row_cost = int(gemm.path.shape[0] * (gemm.path.shape[1] + gemm.path.shape[2]))
-    else:
-        trav = traversal_layout(forest)
-        paths, leaves = TreeTraversal(trav, test(trav.params)), trav.leaves
+    paths, leaves, row_cost = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
     leaf_sum = LeafSum(leaves, n_outputs=forest.n_outputs, dtype=acc)
     module = TensorForest(forest, paths, leaf_sum, device=device, row_cost=row_cost)
     return module.to(device).eval(), choice
+
+
+def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    need = perfect_layout_bytes(forest)
+    if need > max_bytes:
+        raise ResourceLimitError(
+            f"perfect_tree_traversal needs {need >> 20} MiB for depth {forest.max_depth} "
+            f"(limit {max_bytes >> 20} MiB); use strategy='tree_traversal' or 'auto'"
+        )
+    perfect = perfect_layout(forest)
+    return (
+        PerfectTreeTraversal(perfect, test(perfect.params)),
+        perfect.leaves,
+        _traversal_cost(forest),
+    )
+
+
+def _gemm(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    gemm = gemm_layout(forest)
+    cost = int(gemm.path.shape[0] * (gemm.path.shape[1] + gemm.path.shape[2]))
+    return Gemm(gemm, test(gemm.params)), gemm.leaves, cost
+
+
+def _traversal(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    trav = traversal_layout(forest)
+    return TreeTraversal(trav, test(trav.params)), trav.leaves, _traversal_cost(forest)
+
+
+def _traversal_cost(forest: Forest) -> int:
+    return forest.n_trees * 8  # traversals: a handful of [B, T] temporaries
+
+
+#: The strategy table: name -> builder.
+_BUILDERS: dict[str, _Builder] = {
+    "gemm": _gemm,
+    "tree_traversal": _traversal,
+    "perfect_tree_traversal": _perfect,
+}
+STRATEGIES = tuple(_BUILDERS)

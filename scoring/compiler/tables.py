@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..importers._common import largest_float32_at_most
-from ..ir import SPLIT_CATEGORICAL, ZERO_THRESHOLD, Forest, Tree
+from ..ir import SPLIT_CATEGORICAL, ZERO_THRESHOLD, Forest, Tree, largest_float32_at_most
 
 
 @dataclass

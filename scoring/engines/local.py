@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +25,9 @@ from ..commit import Entry
 from ..dataset import Fragment
 from ..progress import RunProgress
 from ..scorer import Scorer
-from .base import Run
+from .base import ModelSource, Run, Scored, output_metadata, parse_options
 
-__all__ = ["run_local"]
+__all__ = ["ENGINE", "LocalEngine", "cpu_threads", "parallel_calls", "run_local"]
 
 QUEUE_DEPTH = 3
 MAX_SCORE_THREADS = 32  # past this the single reader thread sets the pace anyway
@@ -145,6 +146,40 @@ def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
     if errors:
         raise errors[0]
     return entries
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """The local engine takes no options (its threads follow the CPUs it may use)."""
+
+
+class LocalEngine:
+    """The embedded default: this process, the model compiled here."""
+
+    name = "local"
+    local = True
+    resumes = True
+    engine_files: tuple[str, ...] = ()
+    startup_seconds = 0.0
+    table = None
+
+    def job_options(
+        self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
+    ) -> dict[str, Any]:
+        return {}
+
+    def options(self, given: Mapping[str, Any]) -> LocalOptions:
+        return parse_options(LocalOptions, self.name, given)
+
+    def workers(self, options: Any, *, device: str) -> int:
+        return 1
+
+    def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
+        entries = run_local(run, progress=progress)
+        return Scored(entries, {"local": progress.rows}, output_metadata(run.model))
+
+
+ENGINE = LocalEngine()
 
 
 class _OutputFile:

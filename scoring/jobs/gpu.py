@@ -19,11 +19,13 @@ class GpuSampler:
         self._thread: threading.Thread | None = None
         try:
             import pynvml
-
+        except ImportError:  # no library: nothing to sample
+            return
+        try:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        except Exception:  # no driver, no GPU, no library: nothing to sample
+        except pynvml.NVMLError:  # no driver or no GPU: nothing to sample
             self._handles = []
 
     def __enter__(self) -> GpuSampler:

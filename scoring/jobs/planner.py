@@ -26,10 +26,10 @@ import pyarrow.parquet as pq
 
 from .._version import __version__
 from ..dataset import InputDataset, open_input
-from ..engines import resolve_model
+from ..engines import ModelSource, engine_named, resolve_model
 from ..engines.local import parallel_calls
-from ..model import CompiledModel
-from ..registry import Registry
+from ..model import CompiledModel, compile_model
+from ..registry import ModelStore
 from ..scorer import Scorer
 from .spec import JobSpec
 
@@ -37,10 +37,6 @@ __all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
 
 #: Four of the engine's CPU batches: enough that one slow batch does not set the rate.
 SAMPLE_ROWS = 524_288
-#: Seconds to start each engine before it scores a row, on top of listing the input
-#: (measured) and loading the model (measured): Ray and Spark start a cluster or session
-#: and their workers (benchmarks/results/e2e_*_cpu.md).
-STARTUP_SECONDS = {"local": 0.0, "ray": 15.0, "spark": 20.0}
 COMMIT_SECONDS = 0.1
 COMMIT_SECONDS_PER_FILE = 0.02
 
@@ -103,7 +99,7 @@ class Plan:
 
 class Planned(NamedTuple):
     plan: Plan
-    model: CompiledModel  # compiled for the plan: the local engine runs this one
+    model: ModelSource  # resolved once: the run scores with this one
     data: InputDataset  # its footers, read once: the run scores these files
 
 
@@ -115,24 +111,35 @@ def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
 def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     """The plan, with the model and the input it was made for, for the run to reuse."""
     start = start or datetime.now(timezone.utc)
+    engine = engine_named(spec.engine)
     began = time.perf_counter()
     data = open_input(spec.input)
     listing = time.perf_counter() - began
-    registry = Registry(spec.registry)
+    store = ModelStore(spec.registry)
     began = time.perf_counter()
-    model = resolve_model(spec.model, registry=registry, device=spec.device, backend=spec.backend)
+    source = resolve_model(spec.model, registry=store, device=spec.device,
+                           backend=spec.backend, local=engine.local)  # fmt: skip
+    # Workers score on the job's device and backend: measure that, not the checker.
+    model = (
+        source.compiled
+        if engine.local
+        else compile_model(source.shipped(), device=spec.device, backend=spec.backend)
+    )
     compile_seconds = time.perf_counter() - began
-    cache = _Cache(registry)
-    version = model.origin.get("sha256") or model.forest.model_kind
+    cache = _Cache(store)
     # The product version too: a newer engine may score at another pace.
-    key = f"{version}|{model.device.type}|{model.backend}|{__version__}"
+    key = f"{model.sha256}|{model.device.type}|{model.backend}|{__version__}"
     rate = cache.get(key)
     cached = rate is not None
     if rate is None:
         rate = _measure(model, spec, data)
         cache.put(key, rate)
-    workers = _workers(spec)
-    startup = STARTUP_SECONDS[spec.engine] + listing
+    workers = (
+        int(spec.workers)
+        if spec.workers != "auto" and not engine.local
+        else engine.workers(engine.options(spec.engine_options()), device=spec.device)
+    )
+    startup = engine.startup_seconds + listing
     commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)
     fixed = startup + compile_seconds + commit
     estimate = fixed + data.rows / (rate * workers)
@@ -150,27 +157,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
     )  # fmt: skip
-    return Planned(plan, model, data)
-
-
-def _workers(spec: JobSpec) -> int:
-    if spec.engine == "local":
-        return 1
-    if spec.workers != "auto":
-        return int(spec.workers)
-    if spec.engine == "ray":
-        import ray
-
-        from ..ray import connect, plan_workers
-
-        connect(spec.ray.address)
-        return plan_workers(
-            ray.cluster_resources(), device=spec.device, reserve_reads=False
-        ).workers
-    from ..spark import local_session
-
-    session = local_session(spec.spark.master or "local[*]", conf=spec.spark.conf)
-    return max(1, int(session.sparkContext.defaultParallelism))
+    return Planned(plan, source, data)
 
 
 def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
@@ -216,7 +203,7 @@ def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
 class _Cache:
     """Measured rows/s per (model sha256, device type, backend), in the registry root."""
 
-    def __init__(self, registry: Registry):
+    def __init__(self, registry: ModelStore):
         self.path = (
             Path(registry.store.root) / "cache" / "throughput.json"
             if registry.store.is_local

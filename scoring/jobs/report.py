@@ -17,7 +17,7 @@ from typing import Any
 import fsspec
 
 from .._version import __version__
-from ..engines.base import ScoreReport
+from ..engines import ScoreReport
 from .planner import Plan
 from .spec import JobSpec
 
@@ -48,6 +48,7 @@ def build_report(
         "device": report.device,
         "input": report.input,
         "output": report.output,
+        "output_columns": report.outputs,
         "rows": report.rows,
         "rows_resumed": report.rows_skipped,
         "seconds": report.seconds,

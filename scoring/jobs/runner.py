@@ -10,12 +10,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from ..dataset import InputDataset
-from ..engines import score_parquet
-from ..engines.base import ScoreReport
-from ..errors import DeadlineError, InputError, OutputError, RegistryError, ScoringError
+from ..engines import ModelSource, ScoreReport, score_parquet
+from ..errors import (
+    CompileError,
+    ConfigError,
+    DeadlineError,
+    InputError,
+    OutputError,
+    RegistryError,
+    ScoringError,
+)
 from .gpu import GpuSampler
 from .planner import Plan, plan_and_model
 from .report import write_report
@@ -33,8 +39,9 @@ __all__ = [
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE = 0, 1, 2, 3, 4
 log = logging.getLogger("scoring.jobs")
-#: Errors a rerun cannot fix: bad input, a refused output, an unknown model.
-_PERMANENT = (InputError, OutputError, RegistryError)
+#: Errors a rerun cannot fix: a configuration mistake, a model that does not compile,
+#: bad input, a refused output, an unknown model.
+_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError)
 
 
 @dataclass
@@ -90,9 +97,8 @@ def run_job(
         raise DeadlineError(plan.summary().splitlines()[-1].strip())
     deadline = spec.deadline_at(start)
     watch = _Watch(deadline, plan.rows)
-    model_arg: Any = model if spec.engine == "local" else spec.model
     with GpuSampler() as gpu:
-        report, attempts = _with_retries(spec, data, model_arg, watch, progress=progress)
+        report, attempts = _with_retries(spec, data, model, watch, progress=progress)
     finished = datetime.now(timezone.utc)
     late = deadline is not None and finished > deadline
     files = write_report(spec, plan, report, gpu=gpu.result(), deadline=deadline,
@@ -101,7 +107,7 @@ def run_job(
 
 
 def _with_retries(
-    spec: JobSpec, data: InputDataset, model: Any, watch: _Watch, *, progress: bool
+    spec: JobSpec, data: InputDataset, model: ModelSource, watch: _Watch, *, progress: bool
 ) -> tuple[ScoreReport, int]:
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):

@@ -6,17 +6,17 @@
     model = "churn@production"
     input = "/data/features/${RUN_DATE}/"      # ${VAR} expands from the environment
     output = "/data/scores/${RUN_DATE}/"
-    engine = "local"                            # local | ray | spark
+    engine = "local"                            # a name in scoring.engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
     keep = ["customer_id"]
     outputs = "default"                         # default | raw | all
     device = "auto"
     backend = "auto"
-    workers = "auto"                            # or a number (ray)
+    workers = "auto"                            # or a number (engines with workers)
     retries = 1                                 # reruns after a failure (they resume)
 
-    [resources]                                 # per worker (ray)
+    [resources]                                 # per worker (ray: actors; spark: tasks)
     cpus = 1.0
     gpus = 1.0
 
@@ -37,8 +37,16 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 
+from ..engines import ENGINES
 from ..errors import JobFileError
 
 if sys.version_info >= (3, 11):
@@ -71,21 +79,20 @@ class Resources(_Strict):
     gpus: float | None = Field(default=None, ge=0)
 
 
-class RayTable(_Strict):
-    address: str | None = None
+#: One optional table per engine that has one (``[ray]``, ``[spark]``), with the engine's
+#: own schema: a new engine brings its table with it.
+_TABLES: dict[str, Any] = {
+    name: (e.table, e.table()) for name, e in ENGINES.items() if e.table is not None
+}
+_EngineTables: Any = create_model("_EngineTables", __base__=_Strict, **_TABLES)
 
 
-class SparkTable(_Strict):
-    master: str | None = None
-    conf: dict[str, str] = Field(default_factory=dict)
-
-
-class JobSpec(_Strict):
+class JobSpec(_EngineTables):  # fields common to every engine, and the engine tables
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: str
     input: str
     output: str
-    engine: Literal["local", "ray", "spark"] = "local"
+    engine: str = "local"
     deadline: str | None = None
     timezone: str = "UTC"
     keep: list[str] = Field(default_factory=list)
@@ -96,13 +103,18 @@ class JobSpec(_Strict):
     retries: int = Field(default=0, ge=0, le=10)
     registry: str | None = None
     resources: Resources = Resources()
-    ray: RayTable = RayTable()
-    spark: SparkTable = SparkTable()
 
     @field_validator("input", "output", "registry", "model")
     @classmethod
     def _expand(cls, value: str | None) -> str | None:
         return os.path.expandvars(value) if value is not None else None
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        if value not in ENGINES:
+            raise ValueError(f"unknown engine {value!r}: expected one of {', '.join(ENGINES)}")
+        return value
 
     @field_validator("workers")
     @classmethod
@@ -145,21 +157,13 @@ class JobSpec(_Strict):
 
     def engine_options(self) -> dict[str, Any]:
         """``score_parquet``'s engine options: the engine's table, workers, resources."""
-        if self.engine == "ray":
-            options: dict[str, Any] = self.ray.model_dump(exclude_none=True)
-            if self.workers != "auto":
-                options["num_workers"] = self.workers
-            per_worker = {"num_cpus": self.resources.cpus, "num_gpus": self.resources.gpus}
-            return {**options, **{k: v for k, v in per_worker.items() if v is not None}}
-        if self.engine == "spark":
-            options = self.spark.model_dump(exclude_none=True)
-            conf = dict(options.get("conf", {}))
-            if self.resources.cpus is not None:
-                conf.setdefault("spark.task.cpus", str(int(self.resources.cpus)))
-            if self.resources.gpus is not None:
-                conf.setdefault("spark.task.resource.gpu.amount", str(self.resources.gpus))
-            return {**options, "conf": conf}
-        return {}
+        workers = None if self.workers == "auto" else int(self.workers)
+        return ENGINES[self.engine].job_options(
+            getattr(self, self.engine, None),
+            workers=workers,
+            cpus=self.resources.cpus,
+            gpus=self.resources.gpus,
+        )
 
 
 def load_job(path: str | os.PathLike[str]) -> JobSpec:

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ..engines.base import resolve_model
+from ..engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, plan_workers
 from ..scorer import Scorer
-from ._cluster import DATASET_BATCH_ROWS, connect, plan_workers
-from ._worker import load_bundle
 
 if TYPE_CHECKING:
     import ray.data
@@ -59,10 +59,8 @@ def score_dataset(
     import ray
     import ray.data
 
-    from ..engines import resolve_bundle
-
     connect()
-    bundle = resolve_bundle(model, registry=registry)
+    bundle = resolve_model(model, registry=registry, local=False).shipped()
     plan = plan_workers(
         ray.cluster_resources(), device=device, num_workers=num_workers, reserve_reads=True
     )

@@ -1,4 +1,4 @@
-"""The model registry: versioned, verified, tamper-evident storage of tree models.
+"""The model store: versioned, tamper-evident storage of tree models, beside the data path.
 
 Layout of a registry root (a directory or any fsspec URL)::
 
@@ -8,26 +8,17 @@ Layout of a registry root (a directory or any fsspec URL)::
     <root>/artifacts/<sha[:2]>/<sha256>/model.skops     scikit-learn (skops)
     <root>/artifacts/<sha[:2]>/<sha256>/sample.parquet  sample rows (or sample.npy)
 
-Artifacts are content-addressed and immutable; the database holds, per version, the
-sha256, the :class:`ModelSchema` (framework and library versions, task, classes,
-objective, feature names, dtypes and categories), tags, aliases and one
-:class:`Verification` per device type.  Every load re-hashes the bytes.  Workers get a
-:class:`Bundle` (format documented in :mod:`scoring.registry.bundle`), never the database.
+Artifacts are content-addressed and immutable (one file however many versions hold the
+same bytes); the database holds, per version, the sha256, the schema, tags, aliases and
+one verification record per device type.  Every read re-hashes the bytes.  Workers get
+a :class:`~scoring.bundle.Bundle`, never the database.  This package stores and records;
+it never compiles (:class:`scoring.Registry` adds verification and loading).
 """
 
 from __future__ import annotations
 
-from .bundle import BUNDLE_FORMAT_VERSION, Bundle, compile_bundle
-from .registry import Registry, parse_ref
-from .schema import ModelSchema, ModelVersion, Verification
+from .samples import read_sample
+from .schema import ModelVersion
+from .store import ModelStore, parse_ref
 
-__all__ = [
-    "BUNDLE_FORMAT_VERSION",
-    "Bundle",
-    "ModelSchema",
-    "ModelVersion",
-    "Registry",
-    "Verification",
-    "compile_bundle",
-    "parse_ref",
-]
+__all__ = ["ModelStore", "ModelVersion", "parse_ref", "read_sample"]

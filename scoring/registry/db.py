@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
-from ..errors import RegistryAccessError
+from ..errors import RegistryAccessError, translated
 
 __all__ = ["SCHEMA_VERSION", "metadata", "versions", "aliases", "tags", "verifications"]
 
@@ -94,28 +94,27 @@ def make_engine(url: str, *, shared_key: str | None = None) -> Engine:
 
 
 def _create(url: str, **kwargs: Any) -> Engine:
-    try:
+    with translated("registry database", f"cannot use registry database {url!r}"):
         engine = sa.create_engine(url, **kwargs)
-    except (ImportError, sa.exc.ArgumentError) as exc:
-        raise RegistryAccessError(f"cannot use registry database {url!r}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         _serialise_sqlite_writers(engine)
-    try:
-        with engine.begin() as conn:
-            metadata.create_all(conn)
-            found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema")).scalar()
-            if found is None:
-                conn.execute(meta.insert().values(key="schema", value=str(SCHEMA_VERSION)))
-            elif int(found) > SCHEMA_VERSION:
-                raise RegistryAccessError(
-                    f"registry database {url!r} has schema {found}, newer than this version "
-                    f"of scoring understands ({SCHEMA_VERSION}); upgrade scoring"
-                )
-    except sa.exc.OperationalError as exc:
-        raise RegistryAccessError(
-            f"cannot open registry database {engine.url!r}: {exc.orig}; check that its "
-            "directory is writable or pass db_url= for a database server"
-        ) from exc
+    with (
+        translated(
+            "registry database",
+            f"cannot open registry database {engine.url!r}",
+            fix="check that its directory is writable or pass db_url= for a database server",
+        ),
+        engine.begin() as conn,
+    ):
+        metadata.create_all(conn)
+        found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema")).scalar()
+        if found is None:
+            conn.execute(meta.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+        elif int(found) > SCHEMA_VERSION:
+            raise RegistryAccessError(
+                f"registry database {url!r} has schema {found}, newer than this version "
+                f"of scoring understands ({SCHEMA_VERSION}); upgrade scoring"
+            )
     return engine
 
 

@@ -2,66 +2,14 @@
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as dist_version
 from typing import Any
 
-import numpy as np
-import torch
-from pydantic import BaseModel, ConfigDict, Field
+from ..bundle import ModelSchema
+from ..parity import Verification
 
-from ..ir import Forest
-
-__all__ = ["ModelSchema", "ModelVersion", "Verification", "schema_of"]
-
-_DISTRIBUTIONS = {"sklearn": "scikit-learn", "xgboost": "xgboost", "lightgbm": "lightgbm"}
-
-
-class ModelSchema(BaseModel):
-    """The model's interface: what it reads, what it predicts, what made it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    framework: str
-    model_kind: str
-    task: str
-    objective: str
-    n_features: int
-    feature_names: list[str] | None
-    #: Per feature: "float" or "category".
-    feature_dtypes: list[str]
-    #: Category labels in code order, keyed by feature name (or index when unnamed).
-    categories: dict[str, list[Any]] = Field(default_factory=dict)
-    classes: list[Any] | None = None
-    predict_returns: str = "value"
-    n_trees: int
-    n_outputs: int
-    max_depth: int
-    library_versions: dict[str, str]
-
-    def feature_label(self, index: int) -> str:
-        return self.feature_names[index] if self.feature_names else str(index)
-
-
-class Verification(BaseModel):
-    """Parity of the tensor backend with native on one device type."""
-
-    model_config = ConfigDict(frozen=True)
-
-    device_type: str
-    backend: str = "tensor"
-    strategies: list[str]
-    rows: int
-    max_error: float
-    label_mismatches: int
-    leaf_mismatches: int | None
-    passed: bool
-    detail: str = ""
-    verified_at: datetime
-    library_versions: dict[str, str]
+__all__ = ["ModelVersion"]
 
 
 @dataclass(frozen=True)
@@ -102,44 +50,3 @@ class ModelVersion:
             "schema": self.schema.model_dump(mode="json"),
             "verification": {k: v.model_dump(mode="json") for k, v in self.verification.items()},
         }
-
-
-def library_versions(framework: str) -> dict[str, str]:
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("scoring", _DISTRIBUTIONS.get(framework, framework)):
-        try:
-            out[dist] = dist_version(dist)
-        except PackageNotFoundError:
-            out[dist] = "unknown"
-    return out
-
-
-def _plain(values: Any) -> list[Any]:
-    """numpy labels -> JSON-able Python values."""
-    return np.asarray(values).tolist() if values is not None else []
-
-
-def schema_of(forest: Forest) -> ModelSchema:
-    names = forest.feature_names
-    cats = {
-        (names[i] if names else str(i)): _plain(labels) for i, labels in forest.categories.items()
-    }
-    return ModelSchema(
-        framework=forest.framework,
-        model_kind=forest.model_kind,
-        task=forest.task,
-        objective=forest.objective,
-        n_features=forest.n_features,
-        feature_names=list(names) if names else None,
-        feature_dtypes=[
-            "category" if i in forest.categorical_features else "float"
-            for i in range(forest.n_features)
-        ],
-        categories=cats,
-        classes=_plain(forest.classes) if forest.classes is not None else None,
-        predict_returns=forest.predict_returns,
-        n_trees=forest.n_trees,
-        n_outputs=forest.n_outputs,
-        max_depth=forest.max_depth,
-        library_versions=library_versions(forest.framework),
-    )

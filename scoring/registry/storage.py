@@ -7,19 +7,15 @@ the same bytes reuses; a recorded version never points at a half-written file.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ..bundle import sha256_hex
 from ..errors import IntegrityError, RegistryAccessError
 
-__all__ = ["ArtifactStore", "sha256_hex"]
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["ArtifactStore"]
 
 
 class ArtifactStore:
@@ -64,12 +60,13 @@ class ArtifactStore:
         return path if self.is_local else f"{protocol}://{path.lstrip('/')}"
 
     def put(self, data: bytes, filename: str) -> str:
-        """Store ``data`` (idempotent) and return its key."""
+        """Store ``data`` (idempotent) and return its key, relative to the root, whether
+        the bytes were there already or not."""
         sha = sha256_hex(data)
         key = self.key_for(sha, filename)
         path = f"{self.root}/{key}"
         if self.fs.exists(path) and sha256_hex(self.fs.cat_file(path)) == sha:
-            return path
+            return key
         tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
             self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)

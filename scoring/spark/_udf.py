@@ -8,12 +8,12 @@ from typing import Any, Tuple, Union  # noqa: UP035  (pandas_udf reads these typ
 import pandas as pd
 import pyarrow as pa
 
+from ..engines.base import resolve_model
+from ..engines.spark import tune_session, worker_model
 from ..errors import FeatureCountError
 from ..inputs import feature_names
 from ..scorer import Scorer
 from ._outputs import UDF_OUTPUTS, output_spec
-from ._session import tune_session
-from ._worker import worker_model
 
 __all__ = ["UDF_OUTPUTS", "register_udf"]
 
@@ -37,12 +37,10 @@ def register_udf(
     """
     from pyspark.sql.functions import pandas_udf
 
-    from ..engines import resolve_bundle
-
-    bundle = resolve_bundle(model, registry=registry)
-    spec = output_spec(bundle.compile(backend="native"), output)
+    source = resolve_model(model, registry=registry, local=False)
+    spec = output_spec(source.compiled.forest, output)
     tune_session(spark)
-    payload = spark.sparkContext.broadcast(bundle.to_bytes())
+    payload = spark.sparkContext.broadcast(source.shipped().to_bytes())
 
     def score(
         batches: Iterator[Tuple[Union[pd.Series, pd.DataFrame], ...]],  # noqa: UP006, UP007

@@ -1,40 +1,111 @@
-"""Bundles: a model version as one self-contained, checksummed payload for workers.
+"""Bundles: a model as one self-contained, checksummed payload, and its schema.
 
-A Ray actor or Spark executor receives a bundle (through the object store or a
-broadcast), never a registry database connection.  The payload is a zip archive:
+A bundle is what identifies a model everywhere: its canonical bytes in the framework's
+safe format (:func:`scoring.frameworks.dump_model`) and their sha256, which keys the
+registry's artifacts, every scoring job and the compiled-model cache.  A Ray actor or
+Spark executor receives a bundle (through the object store or a broadcast), never a
+registry database connection.  The payload is a zip archive:
 
 ``manifest.json``
     ``{"format": "scoring-bundle", "format_version": 1, "name", "version", "sha256",
     "filename", "created_at", "schema": {...}}`` where ``sha256`` is that of the model
-    file and ``schema`` is :class:`~scoring.registry.schema.ModelSchema` as JSON.
+    file and ``schema`` is :class:`ModelSchema` as JSON.
 ``model.ubj`` | ``model.txt`` | ``model.skops``
-    The model in its framework's own format (see :mod:`scoring.registry.formats`).
+    The model in its framework's own format.
 
-The model bytes are checked against the manifest's sha256 before anything is compiled.
+The model bytes are checked against the manifest's sha256 before anything is restored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
-import threading
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import IntegrityError, ModelFileError
-from ..importers import import_model, load_model_file
-from ..model import CompiledModel, compile_imported
-from .formats import FILENAMES, dump_model, restore_model
-from .schema import ModelSchema, schema_of
-from .storage import sha256_hex
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "bundle_manifest", "compile_bundle"]
+from .errors import IntegrityError, ModelFileError
+from .frameworks import (
+    dump_model,
+    framework_named,
+    framework_of,
+    library_versions,
+    load_model_file,
+    restore_model,
+)
+from .ir import Forest
+
+__all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "ModelSchema", "schema_of", "sha256_hex"]
 
 BUNDLE_FORMAT_VERSION = 1
 _MANIFEST = "manifest.json"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ModelSchema(BaseModel):
+    """The model's interface: what it reads, what it predicts, what made it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    framework: str
+    model_kind: str
+    task: str
+    objective: str
+    n_features: int
+    feature_names: list[str] | None
+    #: Per feature: "float" or "category".
+    feature_dtypes: list[str]
+    #: Category labels in code order, keyed by feature name (or index when unnamed).
+    categories: dict[str, list[Any]] = Field(default_factory=dict)
+    classes: list[Any] | None = None
+    predict_returns: str = "value"
+    n_trees: int
+    n_outputs: int
+    max_depth: int
+    library_versions: dict[str, str]
+
+    def feature_label(self, index: int) -> str:
+        return self.feature_names[index] if self.feature_names else str(index)
+
+
+def _plain(values: Any) -> list[Any]:
+    """numpy labels -> JSON-able Python values."""
+    return np.asarray(values).tolist() if values is not None else []
+
+
+def schema_of(forest: Forest) -> ModelSchema:
+    names = forest.feature_names
+    cats = {
+        (names[i] if names else str(i)): _plain(labels) for i, labels in forest.categories.items()
+    }
+    return ModelSchema(
+        framework=forest.framework,
+        model_kind=forest.model_kind,
+        task=forest.task,
+        objective=forest.objective,
+        n_features=forest.n_features,
+        feature_names=list(names) if names else None,
+        feature_dtypes=[
+            "category" if i in forest.categorical_features else "float"
+            for i in range(forest.n_features)
+        ],
+        categories=cats,
+        classes=_plain(forest.classes) if forest.classes is not None else None,
+        predict_returns=forest.predict_returns,
+        n_trees=forest.n_trees,
+        n_outputs=forest.n_outputs,
+        max_depth=forest.max_depth,
+        library_versions=library_versions(forest.framework),
+    )
 
 
 @dataclass(frozen=True)
@@ -60,9 +131,9 @@ class Bundle:
         ``name`` (default: the model's kind), for engines that ship models to workers."""
         if isinstance(model, (str, os.PathLike)):
             model = load_model_file(model, trusted=trusted)
-        forest = import_model(model)
+        forest = framework_of(model).to_forest(model)
         schema = schema_of(forest)
-        data = dump_model(model, forest)
+        data = dump_model(model)
         created = datetime.now(timezone.utc)
         manifest = bundle_manifest(name or forest.model_kind, 0, sha256_hex(data), schema, created)
         return cls(manifest=manifest, model_bytes=data)
@@ -75,6 +146,18 @@ class Bundle:
                 f"bundle {self.ref}: model bytes have sha256 {found}, the manifest says "
                 f"{self.sha256}; the payload was corrupted in transit"
             )
+
+    def restore(self, *, trusted: bool = False) -> tuple[Any, Forest]:
+        """Verify the checksum, then the model object and its Forest."""
+        self.verify()
+        schema = self.schema
+        return restore_model(
+            schema.framework,
+            self.model_bytes,
+            kind=schema.model_kind,
+            classes=schema.classes,
+            trusted=trusted,
+        )
 
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -108,25 +191,6 @@ class Bundle:
         bundle.verify()
         return bundle
 
-    def compile(
-        self,
-        *,
-        device: str = "auto",
-        backend: str = "auto",
-        strategy: str = "auto",
-        trusted: bool = False,
-    ) -> CompiledModel:
-        """Verify the checksum, restore the model and compile it."""
-        self.verify()
-        model, forest = restore_model(self.schema, self.model_bytes, trusted=trusted)
-        cm = compile_imported(model, forest, backend=backend, device=device, strategy=strategy)
-        cm.origin = {
-            "name": self.manifest["name"],
-            "version": self.manifest["version"],
-            "sha256": self.sha256,
-        }
-        return cm
-
 
 def bundle_manifest(
     name: str, version: int, sha256: str, schema: ModelSchema, created_at: datetime
@@ -137,23 +201,7 @@ def bundle_manifest(
         "name": name,
         "version": version,
         "sha256": sha256,
-        "filename": FILENAMES[schema.framework],
+        "filename": framework_named(schema.framework).artifact,
         "created_at": created_at.isoformat(),
         "schema": schema.model_dump(mode="json"),
     }
-
-
-_CACHE: dict[tuple[str, str, str, str], CompiledModel] = {}
-_CACHE_LOCK = threading.Lock()
-
-
-def compile_bundle(
-    bundle: Bundle, *, device: str = "auto", backend: str = "auto", strategy: str = "auto"
-) -> CompiledModel:
-    """:meth:`Bundle.compile`, cached per process by model sha256, backend, strategy and
-    device, so a worker compiles each model once however many batches it scores."""
-    key = (bundle.sha256, backend, strategy, device)
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = bundle.compile(device=device, backend=backend, strategy=strategy)
-        return _CACHE[key]

@@ -9,14 +9,23 @@ what it refuses.
 
 from __future__ import annotations
 
+import copy
+import io
+import re
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import UnsupportedModelError
-from ..ir import Forest, Tree
-from ._common import largest_float32_at_most, numeric_tree
+from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
+from ..ir import Forest, Tree, largest_float32_at_most
+from ..outputs import squeeze
+from ._common import numeric_tree
+from ._protocol import Framework, NativeModel, native_input
 from ._sklearn_hgb import import_hist_gradient_boosting
+
+__all__ = ["FRAMEWORK", "SKOPS_TRUSTED", "import_sklearn", "load_skops_bytes"]
 
 _FOREST_KINDS = {
     "DecisionTreeClassifier", "DecisionTreeRegressor", "ExtraTreeClassifier",
@@ -192,3 +201,136 @@ def _import_isolation_forest(model: Any) -> Forest:
         isolation_offset=float(model.offset_),
         classes=np.array([-1, 1]),
     )
+
+
+def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ == "IsolationForest":  # it accepts inf: read leaves as it does
+        pairs = zip(model.estimators_, model.estimators_features_, strict=True)
+        return np.column_stack([e.tree_.apply(np.ascontiguousarray(X[:, f])) for e, f in pairs])
+    leaves = np.asarray(model.apply(X))
+    return leaves.reshape(len(X), -1).astype(np.int64)
+
+
+class SklearnNative(NativeModel):
+    """scikit-learn's predictor; forests predict on the calling thread unless ``n_jobs``
+    says otherwise, HistGradientBoosting on OpenMP threads that follow the process."""
+
+    def one_thread(self) -> NativeModel | None:
+        kind = self.forest.model_kind
+        if kind in _HGB_KINDS:
+            return None
+        if getattr(self.model, "n_jobs", None) in (None, 1):
+            return self
+        clone = copy.deepcopy(self.model)
+        clone.set_params(n_jobs=1)
+        return SklearnNative(clone, self.forest)
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        kind, classifier = self.forest.model_kind, self.forest.task in ("binary", "multiclass")
+        if kind == "IsolationForest" or (kind in _GB_KINDS | _HGB_KINDS and classifier):
+            return self.call("decision_function", X)
+        if kind in _HGB_KINDS:  # regressors: the margin before the link
+            return squeeze(self.call("_raw_predict", X))
+        return self.call("predict_proba" if classifier else "predict", X)
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        if self.forest.model_kind in _HGB_KINDS:
+            raise InputError(f"{self.forest.model_kind} does not report leaves")
+        return _leaves(self.model, np.asarray(native_input(X), dtype=np.float32))
+
+
+class Sklearn(Framework):
+    """Stored with skops; only the types in :data:`SKOPS_TRUSTED` (and skops' own
+    defaults) load without ``trusted=True``."""
+
+    name = "sklearn"
+    distribution = "scikit-learn"
+    artifact = "model.skops"
+    suffixes = (".skops",)
+
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        return load_skops_bytes(path.read_bytes(), what=str(path), trusted=trusted)
+
+    def to_forest(self, model: Any) -> Forest:
+        _require_fitted(model)
+        return import_sklearn(model)
+
+    def dump(self, model: Any) -> bytes:
+        import skops.io as sio
+
+        return _canonical_zip(bytes(sio.dumps(model)))
+
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        model = load_skops_bytes(data, what=f"stored {kind}", trusted=trusted)
+        return model, self.to_forest(model)
+
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        return SklearnNative(model, forest)
+
+
+#: Types a supported tree model's skops file references beyond skops' defaults.
+SKOPS_TRUSTED = frozenset({
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.utils.validation.check_array",
+    "functools.partial",  # IsolationForest's partial of check_array, listed above
+})  # fmt: skip
+
+
+def load_skops_bytes(data: bytes, *, what: str, trusted: bool = False) -> Any:
+    """A skops payload; a type outside :data:`SKOPS_TRUSTED` needs ``trusted=True``."""
+    import skops.io as sio
+
+    untrusted = sio.get_untrusted_types(data=data)
+    foreign = sorted(set(untrusted) - SKOPS_TRUSTED)
+    if foreign and not trusted:
+        raise UntrustedModelError(
+            f"{what} references types outside the tree models scoring loads: "
+            f"{', '.join(foreign)}; pass trusted=True only if you trust its author"
+        )
+    return sio.loads(data, trusted=untrusted)
+
+
+#: Where skops writes an object's ``id()``: its ``__id__`` and its array file's name.
+_SKOPS_ID = re.compile(r'("__id__": |")(\d+)(\.npy")?')
+
+
+def _canonical_zip(data: bytes) -> bytes:
+    """skops names objects and array files by ``id()`` and stamps each archive member
+    with the current time: number the ids in order of appearance and fix the times and
+    the member order, so that one model always has the same bytes and one sha256."""
+    with zipfile.ZipFile(io.BytesIO(data)) as src:
+        schema = src.read("schema.json").decode("utf-8")
+        numbers: dict[str, str] = {}
+
+        def renumber(match: re.Match[str]) -> str:
+            head, ident, tail = match.groups()
+            if head == '"' and tail is None:  # a quoted number that is no file name
+                return match.group(0)
+            new = numbers.setdefault(ident, str(len(numbers) + 1))
+            return f"{head}{new}{tail or ''}"
+
+        members = {"schema.json": _SKOPS_ID.sub(renumber, schema).encode("utf-8")}
+        for info in src.infolist():
+            name = info.filename
+            if name != "schema.json":
+                stem = name.removesuffix(".npy")
+                members[f"{numbers.get(stem, stem)}.npy"] = src.read(info)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for name in sorted(members):
+            dst.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), members[name],
+                         compress_type=zipfile.ZIP_DEFLATED)  # fmt: skip
+    return out.getvalue()
+
+
+def _require_fitted(model: Any) -> None:
+    from sklearn.utils.validation import check_is_fitted
+
+    with translated("fitted model", f"{type(model).__name__} cannot be scored"):
+        check_is_fitted(model)
+
+
+FRAMEWORK = Sklearn()

@@ -1,4 +1,4 @@
-"""Helpers shared by the importers: float32 threshold normalisation and bitsets."""
+"""Helpers shared by the framework importers: bitsets and numeric trees."""
 
 from __future__ import annotations
 
@@ -7,26 +7,6 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..ir import SPLIT_NUMERIC, Tree
-
-
-def largest_float32_at_most(t: np.ndarray) -> np.ndarray:
-    """The largest float32 ``<= t`` (as float64), so ``x32 <= t  <=>  x32 <= result``.
-
-    Rounding ``t`` to the nearest float32 instead would send a value lying between the
-    two to the wrong branch.
-    """
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        t32 = t.astype(np.float32)
-    above = t32.astype(np.float64) > t
-    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
-    return t32.astype(np.float64)
-
-
-def largest_float32_below(t: np.ndarray) -> np.ndarray:
-    """For a strict float32 test ``x < t``: the largest float32 strictly below ``t``."""
-    t32 = np.asarray(t, dtype=np.float32)
-    return np.nextafter(t32, np.float32(-np.inf)).astype(np.float64)
 
 
 def bitset_words(categories: Iterable[int], n_words: int | None = None) -> np.ndarray:

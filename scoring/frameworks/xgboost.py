@@ -10,16 +10,25 @@ past the bitset), goes left.  Leaves are summed in float32 in tree order, plus
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..errors import UnsupportedModelError
-from ..ir import SPLIT_CATEGORICAL, Forest, Tree
-from ._common import bitset_words, largest_float32_below, numeric_tree
+from ..ir import SPLIT_CATEGORICAL, Forest, Tree, largest_float32_below
+from ._common import bitset_words, numeric_tree
+from ._protocol import Framework, NativeModel
+
+__all__ = ["FRAMEWORK", "import_xgboost"]
+
+_BOOSTER = "xgboost.Booster"
 
 _LOGISTIC = {"binary:logistic", "reg:logistic"}
 _LOG_LINK = {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
@@ -55,7 +64,7 @@ def import_xgboost(model: Any) -> Forest:
 
 
 def _kind(model: Any, is_booster: bool) -> str:
-    return "xgboost.Booster" if is_booster else type(model).__name__
+    return _BOOSTER if is_booster else type(model).__name__
 
 
 def _task(objective: str) -> str:
@@ -196,3 +205,84 @@ def _add_categorical_splits(out: Tree, tree: dict[str, Any]) -> None:
         out.split_kind[node] = SPLIT_CATEGORICAL
         out.cat_left[int(node)] = ~bitset_words(right.tolist(), n_words) & known
         out.cat_known[int(node)] = known
+
+
+class XGBoostNative(NativeModel):
+    """XGBoost's predictor: a Booster takes a DMatrix, the wrappers numpy or pandas."""
+
+    def one_thread(self) -> NativeModel | None:
+        if not self.sklearn_api:
+            booster = self.model.copy()
+            booster.set_param("nthread", 1)
+            return XGBoostNative(booster, self.forest)
+        clone = copy.deepcopy(self.model)
+        clone.set_params(n_jobs=1)
+        return XGBoostNative(clone, self.forest)
+
+    def prepare(self, X: Any) -> Any:
+        if self.sklearn_api:
+            return X
+        import xgboost
+
+        if isinstance(X, pd.DataFrame):
+            return xgboost.DMatrix(X, enable_categorical=True)
+        return xgboost.DMatrix(
+            X,
+            feature_names=self.model.feature_names,
+            feature_types=self.model.feature_types,
+            enable_categorical=bool(self.forest.categorical_features),
+        )
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        return self.call("predict", X, output_margin=True)
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        if self.sklearn_api:
+            return self.call("apply", X).astype(np.int64)
+        return self.call("predict", X, pred_leaf=True).astype(np.int64)
+
+
+class XGBoost(Framework):
+    name = "xgboost"
+    distribution = "xgboost"
+    artifact = "model.ubj"
+    suffixes = (".json", ".ubj")
+
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        import xgboost
+
+        return xgboost.Booster(model_file=str(path))
+
+    def to_forest(self, model: Any) -> Forest:
+        return import_xgboost(model)
+
+    def dump(self, model: Any) -> bytes:
+        import xgboost
+
+        if isinstance(model, xgboost.Booster):
+            return bytes(model.save_raw(raw_format="ubj"))
+        with tempfile.TemporaryDirectory() as tmp:  # the wrappers only save to a file
+            path = Path(tmp) / "model.ubj"
+            model.save_model(path)
+            return path.read_bytes()
+
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        import xgboost
+
+        if kind == _BOOSTER:
+            model = xgboost.Booster(model_file=bytearray(data))
+        else:
+            wrapper = getattr(xgboost, kind, None)
+            if wrapper is None:
+                raise UnsupportedModelError(f"xgboost has no model class {kind!r}")
+            model = wrapper()
+            model.load_model(bytearray(data))
+        return model, import_xgboost(model)
+
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        return XGBoostNative(model, forest)
+
+
+FRAMEWORK = XGBoost()

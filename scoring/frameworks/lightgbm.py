@@ -9,8 +9,10 @@ categories past the bitset go right.  Leaves sum in float64; ``boosting=rf`` ave
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,11 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..ir import SPLIT_CATEGORICAL, Forest, Tree
 from ._common import numeric_tree
+from ._protocol import Framework, NativeModel
+
+__all__ = ["FRAMEWORK", "forest_from_text", "import_lightgbm", "model_text"]
+
+_BOOSTER = "lightgbm.Booster"
 
 _CATEGORICAL_MASK = 1
 _DEFAULT_LEFT_MASK = 2
@@ -35,7 +42,7 @@ def import_lightgbm(model: Any) -> Forest:
     import lightgbm
 
     is_booster = isinstance(model, lightgbm.Booster)
-    kind = "lightgbm.Booster" if is_booster else type(model).__name__
+    kind = _BOOSTER if is_booster else type(model).__name__
     forest = forest_from_text(model_text(model), kind=kind)
     if not is_booster and forest.task in ("binary", "multiclass"):
         forest.classes = np.asarray(model.classes_)
@@ -196,3 +203,62 @@ def _add_categorical_splits(
         tree.missing_zero[node] = False  # type: ignore[index]
         tree.cat_left[int(node)] = left.copy()
         tree.cat_known[int(node)] = np.full(left.size, 0xFFFFFFFF, dtype=np.uint32)
+
+
+class LightGBMNative(NativeModel):
+    """LightGBM's predictor; a Booster has no thread setting of its own per call."""
+
+    def one_thread(self) -> NativeModel | None:
+        if not self.sklearn_api:
+            return None
+        clone = copy.deepcopy(self.model)
+        clone.set_params(n_jobs=1)
+        return LightGBMNative(clone, self.forest)
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        raw = self.call("predict", X, raw_score=True)
+        # boosting=rf: raw_score is the sum; the link is applied to the average.
+        return raw / self.forest.n_trees if self.forest.average else raw
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        return self.call("predict", X, pred_leaf=True).astype(np.int64)
+
+
+class LightGBM(Framework):
+    """Stored as the model text of the iterations ``predict`` uses; the sklearn wrappers
+    come back as a Booster whose class labels are restored from the recorded schema."""
+
+    name = "lightgbm"
+    distribution = "lightgbm"
+    artifact = "model.txt"
+    suffixes = (".txt",)
+
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        import lightgbm
+
+        return lightgbm.Booster(model_file=str(path))
+
+    def to_forest(self, model: Any) -> Forest:
+        return import_lightgbm(model)
+
+    def dump(self, model: Any) -> bytes:
+        return model_text(model).encode("utf-8")
+
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        import lightgbm
+
+        model = lightgbm.Booster(model_str=data.decode("utf-8"))
+        forest = import_lightgbm(model)
+        forest.model_kind = kind
+        if kind != _BOOSTER and classes is not None:
+            forest.classes = np.asarray(classes)
+            forest.predict_returns = "label"
+        return model, forest
+
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        return LightGBMNative(model, forest)
+
+
+FRAMEWORK = LightGBM()

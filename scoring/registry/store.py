@@ -1,4 +1,10 @@
-"""``scoring.Registry``: register, name, verify and load model versions."""
+"""The model store: versions, aliases, tags and verification records; no compiling.
+
+:class:`ModelStore` keeps a version's canonical bytes (content-addressed, see
+:mod:`scoring.registry.storage`), its schema, sample and the verification results it is
+handed.  :class:`scoring.Registry` adds what needs the compiler: verification on
+register, and compiled models on load.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +17,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ..bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
-from ..importers import import_model, load_model_file
-from ..model import CompiledModel
+from ..frameworks import framework_named
+from ..parity import Verification
 from . import db
-from .bundle import Bundle, bundle_manifest
-from .formats import FILENAMES, dump_model, restore_model
-from .samples import read_sample, sample_from_bytes, sample_to_bytes
-from .schema import ModelSchema, ModelVersion, Verification, schema_of
-from .storage import ArtifactStore, sha256_hex
-from .verify import verify_model
+from .samples import sample_from_bytes, sample_to_bytes
+from .schema import ModelVersion
+from .storage import ArtifactStore
 
-__all__ = ["Registry", "parse_ref"]
+__all__ = ["ModelStore", "parse_ref"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _INSERT_ATTEMPTS = 20
@@ -41,6 +45,10 @@ def parse_ref(ref: str, version: int | None = None) -> tuple[str, str | int]:
     return name, int(selector) if selector.isdigit() else selector
 
 
+def _filename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
 def _check_name(value: str, what: str) -> None:
     if not _NAME.match(value):
         raise RegistryError(
@@ -49,7 +57,7 @@ def _check_name(value: str, what: str) -> None:
         )
 
 
-class Registry:
+class ModelStore:
     """Model versions in a root directory or fsspec URL, metadata in a SQL database.
 
     ``uri``: the root (default ``$SCORING_HOME``, else ``./.scoring``).  ``db_url``: any
@@ -75,32 +83,25 @@ class Registry:
             )
 
     def __repr__(self) -> str:
-        return f"Registry({self.uri!r}, db={self.engine.url!r})"
+        return f"{type(self).__name__}({self.uri!r}, db={self.engine.url!r})"
 
     # -- writing ------------------------------------------------------------------
 
-    def register(
+    def add_version(
         self,
         name: str,
-        model_or_path: Any,
+        data: bytes,
+        schema: ModelSchema,
         *,
+        verification: dict[str, Verification],
         sample: Any = None,
         tags: Mapping[str, str] | None = None,
         description: str = "",
-        trusted: bool = False,
     ) -> ModelVersion:
-        """Import, store and verify a model; returns its new, immutable version."""
+        """Store canonical model bytes (see :mod:`scoring.bundle`) as the next version of
+        ``name`` with what was verified about them; returns the new, immutable version."""
         _check_name(name, "model name")
-        model = model_or_path
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model_file(model, trusted=trusted)
-        forest = import_model(model)  # an unsupported model is refused before storing
-        schema = schema_of(forest)
-        data = dump_model(model, forest)
-        _, stored = restore_model(schema, data, trusted=trusted)
-        sample = read_sample(sample)
-        verification = verify_model(model, forest, sample=sample, candidate=stored)
-        artifact = self.store.put(data, FILENAMES[schema.framework])
+        artifact = self.store.put(data, framework_named(schema.framework).artifact)
         sample_path = sample_sha = None
         if sample is not None:
             sample_bytes, filename = sample_to_bytes(sample)
@@ -209,11 +210,19 @@ class Registry:
             conn.execute(db.tags.delete().where(db.tags.c.version_id == vid))
             conn.execute(db.verifications.delete().where(db.verifications.c.version_id == vid))
             conn.execute(db.versions.delete().where(db.versions.c.id == vid))
-            for column in ("artifact_path", "sample_path"):
-                path = getattr(row, column)
-                col = getattr(db.versions.c, column)
-                if path and not conn.execute(sa.select(col).where(col == path)).first():
-                    self.store.delete(path)
+            stored = ((row.artifact_path, row.sha256), (row.sample_path, row.sample_sha256))
+            for path, sha in stored:
+                if path and not self._referenced(conn, sha):
+                    self.store.delete(self.store.key_for(sha, _filename(path)))
+
+    def _artifact_key(self, row: Any) -> str:
+        return self.store.key_for(row.sha256, _filename(row.artifact_path))
+
+    @staticmethod
+    def _referenced(conn: Any, sha: str) -> bool:
+        """Whether any version still uses bytes with this digest, as model or sample."""
+        uses = (db.versions.c.sha256 == sha) | (db.versions.c.sample_sha256 == sha)
+        return conn.execute(sa.select(db.versions.c.id).where(uses)).first() is not None
 
     # -- reading ------------------------------------------------------------------
 
@@ -249,28 +258,11 @@ class Registry:
             ).all()
             return [self._load_version(conn, name, number) for name, number in latest]
 
-    def load(
-        self,
-        ref: str,
-        *,
-        version: int | None = None,
-        device: str = "auto",
-        backend: str = "auto",
-        strategy: str = "auto",
-        trusted: bool = False,
-    ) -> CompiledModel:
-        """The version's model, checked against its sha256 and compiled."""
-        return self.bundle(ref, version=version).compile(
-            device=device, backend=backend, strategy=strategy, trusted=trusted
-        )
-
-    def verify(
-        self, ref: str, *, version: int | None = None, devices: Sequence[str] | None = None
+    def record_verification(
+        self, mv: ModelVersion, checks: dict[str, Verification]
     ) -> ModelVersion:
-        """Re-run parity verification here (e.g. on a GPU machine) and record it."""
-        mv = self.get(ref, version=version)
-        model, forest = restore_model(mv.schema, self._read(mv))
-        checks = verify_model(model, forest, sample=self._sample(mv), devices=list(devices or []))
+        """Record verification results for ``mv`` (one per device type, replacing any
+        earlier one for that device type)."""
         with self.engine.begin() as conn:
             self._write_checks(conn, self._version_id(conn, mv.name, mv.version), checks)
         return self.get(mv.name, version=mv.version)
@@ -279,7 +271,7 @@ class Registry:
         """The version as a checksummed payload a worker compiles without this registry."""
         mv = self.get(ref, version=version)
         manifest = bundle_manifest(mv.name, mv.version, mv.sha256, mv.schema, mv.created_at)
-        return Bundle(manifest=manifest, model_bytes=self._read(mv))
+        return Bundle(manifest=manifest, model_bytes=self.read(mv))
 
     # -- internals ----------------------------------------------------------------
 
@@ -334,7 +326,7 @@ class Registry:
         return ModelVersion(
             name=name,
             version=version,
-            artifact_uri=self.store.uri(row.artifact_path),
+            artifact_uri=self.store.uri(self._artifact_key(row)),
             sha256=row.sha256,
             schema=ModelSchema.model_validate_json(row.schema_json),
             verification={v.device_type: v for v in verification},
@@ -349,12 +341,13 @@ class Registry:
         match = (db.aliases.c.name == name) & (db.aliases.c.version == version)
         return list(conn.execute(sa.select(db.aliases.c.alias).where(match)).scalars().all())
 
-    def _read(self, mv: ModelVersion) -> bytes:
+    def read(self, mv: ModelVersion) -> bytes:
         """The version's model bytes, refused unless they still have its sha256."""
-        key = self.store.key_for(mv.sha256, FILENAMES[mv.schema.framework])
+        key = self.store.key_for(mv.sha256, framework_named(mv.schema.framework).artifact)
         return self.store.get(key, sha256=mv.sha256)
 
-    def _sample(self, mv: ModelVersion) -> Any:
+    def sample(self, mv: ModelVersion) -> Any:
+        """The sample rows registered with ``mv`` (None when there were none)."""
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(db.versions.c.sample_path, db.versions.c.sample_sha256).where(
@@ -363,5 +356,8 @@ class Registry:
             ).one()
         if row.sample_path is None:
             return None
-        data = self.store.get(row.sample_path, sha256=row.sample_sha256)
-        return sample_from_bytes(data, row.sample_path)
+        # The key from the digest: rows written before keys were always relative may
+        # hold the artifact's absolute path.
+        key = self.store.key_for(row.sample_sha256, _filename(row.sample_path))
+        data = self.store.get(key, sha256=row.sample_sha256)
+        return sample_from_bytes(data, key)

@@ -1,0 +1,167 @@
+"""The public surface and the error boundaries: exactly the intended names, and every
+third-party exception in ``scoring.errors.TRANSLATIONS`` raised through its boundary."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import scoring
+from scoring import errors
+from scoring.dataset import open_input
+from scoring.errors import TRANSLATIONS, ScoringError, translated
+from scoring.frameworks import restore_model
+
+from .conftest import built
+
+PUBLIC = {
+    "scoring": {"Bundle", "CompiledModel", "ModelVersion", "Registry", "ScoreReport",
+                "ScoringError", "__version__", "compile", "errors", "score_parquet"},
+    "scoring.ray": {"WorkerPlan", "connect", "plan_workers", "score_dataset"},
+    "scoring.spark": {"UDF_OUTPUTS", "local_session", "register_udf", "score_dataframe",
+                      "tune_session"},
+    "scoring.jobs": {"EXIT_FAILED", "EXIT_INFEASIBLE", "EXIT_LATE", "EXIT_OK", "EXIT_USAGE",
+                     "REPORT_HTML", "REPORT_JSON", "JobOutcome", "JobSpec", "Plan", "load_job",
+                     "make_plan", "run_job"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC))
+def test_public_names_are_exactly_the_intended_ones(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module.__all__) == PUBLIC[package]
+    public = {n for n in vars(module) if not n.startswith("_")}
+    submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
+    leaked = public - set(module.__all__) - submodules - {"annotations"}
+    assert not leaked, f"{package} exposes {sorted(leaked)} beyond __all__"
+    for name in module.__all__:
+        assert hasattr(module, name)
+
+
+def test_every_error_is_a_scoring_error() -> None:
+    for name in errors.__all__:
+        kind = getattr(errors, name)
+        assert isinstance(kind, type) and issubclass(kind, ScoringError), name
+
+
+# -- one trigger per table entry, through the boundary that translates it ---------------
+
+
+def _model_file(suffix: str, data: bytes) -> Callable[[Path], object]:
+    def trigger(tmp: Path) -> object:
+        path = tmp / f"model{suffix}"
+        path.write_bytes(data)
+        return scoring.compile(path)
+
+    return trigger
+
+
+def _parquet_corrupt(tmp: Path) -> object:
+    (tmp / "in").mkdir()
+    (tmp / "in" / "part-0.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
+    return open_input(str(tmp / "in"))
+
+
+def _parquet_gone(tmp: Path) -> object:
+    (tmp / "in").mkdir()
+    pq.write_table(pa.table({"x": np.arange(10.0)}), tmp / "in" / "part-0.parquet")
+    data = open_input(str(tmp / "in"))
+    (tmp / "in" / "part-0.parquet").unlink()  # removed after listing, before reading
+    return list(data.batches(data.fragments[0], columns=["x"], batch_rows=5))
+
+
+def _database(url: str) -> Callable[[Path], object]:
+    return lambda tmp: scoring.Registry(tmp / "reg", db_url=url)
+
+
+def _database_unopenable(tmp: Path) -> object:
+    (tmp / "db").mkdir()  # a directory where the database file should be
+    return scoring.Registry(tmp / "reg", db_url=f"sqlite:///{tmp / 'db'}")
+
+
+def _raised_in(boundary: str, error: Callable[[], BaseException]) -> Callable[[Path], object]:
+    """For the cluster engines: the library's own exception, raised where the engine
+    runs its job (a real failure needs a cluster that fails on demand)."""
+
+    def trigger(tmp: Path) -> object:
+        with translated(boundary, f"the {boundary} job failed"):
+            raise error()
+
+    return trigger
+
+
+def _ray_error() -> BaseException:
+    import ray.exceptions
+
+    return ray.exceptions.RayError("actor died")
+
+
+def _py4j_error() -> BaseException:
+    from py4j.protocol import Py4JError
+
+    return Py4JError("An error occurred while calling o42.parquet")
+
+
+def _spark_error() -> BaseException:
+    from pyspark.errors.exceptions.base import PySparkException
+
+    return PySparkException(message="[PYTHON_EXCEPTION] a worker failed")
+
+
+TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringError]]] = {
+    ("model file", "xgboost.core.XGBoostError"):
+        (_model_file(".json", b"{not json"), errors.ModelFileError),
+    ("model file", "lightgbm.basic.LightGBMError"):
+        (_model_file(".txt", b"not a model\n"), errors.ModelFileError),
+    ("model file", "zipfile.BadZipFile"):
+        (_model_file(".skops", b"not a zip archive"), errors.ModelFileError),
+    ("model file", "builtins.UnicodeDecodeError"):
+        (lambda tmp: restore_model("lightgbm", b"\xff\xfe\x00", kind="lightgbm.Booster",
+                                   classes=None), errors.ModelFileError),
+    ("fitted model", "sklearn.exceptions.NotFittedError"):
+        (lambda tmp: scoring.compile(__import__("sklearn.ensemble").ensemble
+                                     .RandomForestClassifier()), errors.UnsupportedModelError),
+    ("fitted model", "builtins.TypeError"):
+        (lambda tmp: scoring.compile(__import__("sklearn.utils").utils.Bunch()),
+         errors.UnsupportedModelError),
+    ("hummingbird", "builtins.ValueError"):
+        (lambda tmp: scoring.compile(built("xgb_reg")[0], backend="hummingbird"),
+         errors.UnsupportedModelError),
+    ("parquet", "pyarrow.lib.ArrowException"): (_parquet_corrupt, errors.InputFileError),
+    ("parquet", "builtins.OSError"): (_parquet_gone, errors.InputFileError),
+    ("registry database", "sqlalchemy.exc.ArgumentError"):
+        (_database("not a database url"), errors.RegistryAccessError),
+    ("registry database", "builtins.ImportError"):
+        (_database("mysql://localhost/registry"), errors.RegistryAccessError),
+    ("registry database", "sqlalchemy.exc.OperationalError"):
+        (_database_unopenable, errors.RegistryAccessError),
+    ("ray", "ray.exceptions.RayError"): (_raised_in("ray", _ray_error), errors.EngineError),
+    ("spark", "py4j.protocol.Py4JError"): (_raised_in("spark", _py4j_error), errors.EngineError),
+    ("spark", "pyspark.errors.exceptions.base.PySparkException"):
+        (_raised_in("spark", _spark_error), errors.EngineError),
+}  # fmt: skip
+
+
+def test_every_table_entry_has_a_trigger() -> None:
+    table = {(b, name) for b, names in TRANSLATIONS.items() for name in names}
+    assert table == set(TRIGGERS)
+
+
+@pytest.mark.parametrize("entry", sorted(TRIGGERS), ids=lambda e: f"{e[0]}:{e[1]}")
+def test_boundary_translates(entry: tuple[str, str], tmp_path: Path) -> None:
+    boundary, name = entry
+    trigger, expected = TRIGGERS[entry]
+    assert TRANSLATIONS[boundary][name] is expected
+    with pytest.raises(expected) as caught:
+        trigger(tmp_path)
+    cause = caught.value.__cause__
+    assert cause is not None, "translated errors keep the library's error as their cause"
+    module, _, attr = name.rpartition(".")
+    assert isinstance(cause, getattr(importlib.import_module(module), attr))
