@@ -23,8 +23,8 @@ import torch
 
 import scoring
 from models import BENCHMARK_RECIPES, make_data
-from scoring.bench import rows_per_second
-from scoring.parity import max_error
+from scoring._bench import rows_per_second
+from scoring._parity import max_error
 
 STRATEGIES = ("gemm", "tree_traversal", "perfect_tree_traversal")
 

@@ -21,14 +21,14 @@ The stable surface (see DESIGN.md)::
 from __future__ import annotations
 
 from . import errors
+from ._bundle import Bundle
+from ._catalog import Registry
+from ._engines import ScoreReport, score_parquet
+from ._model import CompiledModel
+from ._model import compile_model as compile
+from ._registry import ModelVersion
 from ._version import __version__
-from .bundle import Bundle
-from .catalog import Registry
-from .engines import ScoreReport, score_parquet
 from .errors import ScoringError
-from .model import CompiledModel
-from .model import compile_model as compile
-from .registry import ModelVersion
 
 __all__ = [
     "Bundle",

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from models import SMALL_RECIPES, Recipe
-from scoring.backends.native import NativeBackend
-from scoring.frameworks import import_model
-from scoring.ir import Forest
+from scoring._backends.native import NativeBackend
+from scoring._frameworks import import_model
+from scoring._ir import Forest
 
 warnings.filterwarnings("ignore", category=UserWarning)
 

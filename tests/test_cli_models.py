@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from scoring._parity import probe_frame
 from scoring.cli import app
-from scoring.parity import probe_frame
 
 from .conftest import built
 

@@ -117,7 +117,7 @@ def test_perfect_traversal_refuses_past_memory_limit_and_auto_falls_back() -> No
     _model, forest, _ = built("sk_et_reg")
     import torch
 
-    from scoring.compiler import compile_forest
+    from scoring._compiler import compile_forest
 
     with pytest.raises(ResourceLimitError, match="MiB"):
         compile_forest(

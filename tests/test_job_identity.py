@@ -14,7 +14,7 @@ import xgboost as xgb
 from sklearn.ensemble import RandomForestClassifier
 
 import scoring
-from scoring.commit import Committer
+from scoring._commit import Committer
 from scoring.errors import OutputError
 
 from .test_score_parquet import write_input

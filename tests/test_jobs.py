@@ -151,7 +151,7 @@ def test_run_writes_reports_and_exit_4_when_late(
     assert kept["rows"] == 50_000  # the report of the run that did the work stays
 
     # A run that finishes after its deadline (the plan is told it can make it).
-    import scoring.jobs.runner as jobs_runner
+    import scoring.jobs._runner as jobs_runner
 
     real = jobs_runner.plan_and_model
 

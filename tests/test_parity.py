@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scoring
+from scoring._ir import Forest
+from scoring._parity import feature_candidates
 from scoring.errors import ParityError, UnsupportedModelError
-from scoring.ir import Forest
-from scoring.parity import feature_candidates
 
 from .conftest import RECIPES, as_model_input, built
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring.engines.ray import RayEngine
+from scoring._engines.ray import RayEngine
 from scoring.errors import MissingColumnError, ScoringError
 from scoring.ray import plan_workers
 
@@ -64,7 +64,7 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     assert_native_parity(out, name, X)
     manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
     assert manifest["rows"] == 4000 and (tmp_path / "out" / "_SUCCESS").exists()
-    assert manifest["metadata"]["scoring.model.sha256"] == result.sha256
+    assert manifest["metadata"]["scoring._model.sha256"] == result.sha256
 
 
 def test_registered_model_through_the_cli(tmp_path: Path, ray_session: Any) -> None:
@@ -82,7 +82,7 @@ def test_registered_model_through_the_cli(tmp_path: Path, ray_session: Any) -> N
     assert result.exit_code == 0, result.output
     assert "2,000 rows" in result.output and "per worker" in result.output
     meta = pq.read_schema(tmp_path / "out" / "part-0.parquet").metadata
-    assert meta[b"scoring.model"] == b"churn@1"
+    assert meta[b"scoring._model"] == b"churn@1"
     again = CliRunner().invoke(app, args)  # the same job again: nothing to do
     assert again.exit_code == 0 and "nothing to do" in again.output
 
@@ -113,7 +113,7 @@ def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: A
 def test_ray_publishes_what_an_interrupted_run_journaled(
     tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scoring.commit import Committer
+    from scoring._commit import Committer
 
     model, X = model_frame("xgb_clf", rows=1500)
     scoring.Registry(tmp_path / "reg").register("churn", model)
@@ -131,7 +131,7 @@ def test_ray_publishes_what_an_interrupted_run_journaled(
                                    progress=False)  # fmt: skip
     assert result.rows == 0 and result.rows_skipped == 1500
     manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
-    assert manifest["metadata"]["scoring.model"] == "churn@1"
+    assert manifest["metadata"]["scoring._model"] == "churn@1"
     ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
     assert sorted(ids.tolist()) == list(range(1500)) and (tmp_path / "out" / "_SUCCESS").exists()
 

@@ -14,6 +14,7 @@ from sklearn.linear_model import LinearRegression
 
 import scoring
 from scoring import Bundle
+from scoring._parity import TOLERANCE, max_error, probe_frame
 from scoring.errors import (
     IntegrityError,
     ModelNotFoundError,
@@ -23,7 +24,6 @@ from scoring.errors import (
     UntrustedModelError,
     VerificationError,
 )
-from scoring.parity import TOLERANCE, max_error, probe_frame
 
 from .conftest import built
 
@@ -137,7 +137,7 @@ def test_unsupported_or_untrusted_models_store_nothing(
 def test_failed_verification_blocks_promotion(
     registry: scoring.Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("scoring.parity.TOLERANCE", -1.0)  # nothing can pass
+    monkeypatch.setattr("scoring._parity.TOLERANCE", -1.0)  # nothing can pass
     mv = registry.register("m", built("xgb_reg")[0])
     assert not mv.verified and not mv.verification["cpu"].passed
     with pytest.raises(VerificationError, match="m@1"):

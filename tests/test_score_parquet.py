@@ -21,11 +21,11 @@ import torch
 from typer.testing import CliRunner
 
 import scoring
+from scoring._engines import local
+from scoring._parity import probe_frame
+from scoring._scorer import Scorer
 from scoring.cli import app
-from scoring.engines import local
 from scoring.errors import InputError, InvalidValueError, MissingColumnError, OutputError
-from scoring.parity import probe_frame
-from scoring.scorer import Scorer
 
 from .conftest import built
 
@@ -180,8 +180,8 @@ def test_registered_model_metadata_and_manifest(tmp_path: Path) -> None:
     scoring.score_parquet(tmp_path / "in", tmp_path / "out", "churn@production",
                           registry=reg, keep=["id"], outputs="raw", progress=False)  # fmt: skip
     meta = pq.read_schema(tmp_path / "out" / "part-0.parquet").metadata
-    assert meta[b"scoring.model"] == b"churn@1"
-    assert meta[b"scoring.model.sha256"] == mv.sha256.encode()
+    assert meta[b"scoring._model"] == b"churn@1"
+    assert meta[b"scoring._model.sha256"] == mv.sha256.encode()
     assert meta[b"scoring.version"] == scoring.__version__.encode()
     assert {b"scoring.backend", b"scoring.device"} <= set(meta)
     assert pq.read_schema(tmp_path / "out" / "part-0.parquet").names == [
@@ -254,7 +254,7 @@ def test_hive_partitions_glob_and_memory_filesystem(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import scoring
-    from scoring.commit import Committer
+    from scoring._commit import Committer
     finish = Committer.finish
     calls = []
     def dying_finish(self, *args, **kwargs):
@@ -386,7 +386,7 @@ def test_scorer_refuses_kept_column_named_like_an_output() -> None:
 
 
 def test_head_reads_what_the_scanner_reads(tmp_path: Path) -> None:
-    from scoring.dataset import open_input
+    from scoring._dataset import open_input
 
     for year in (2025, 2026):
         (tmp_path / f"year={year}").mkdir()

@@ -212,7 +212,7 @@ def test_task_gpu_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) 
     from pyspark import TaskContext
     from pyspark.resource import ResourceInformation
 
-    from scoring.engines.spark import task_device
+    from scoring._engines.spark import task_device
 
     class Context:
         def resources(self) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import typer
 
-from .demo import demo
-from .jobs import plan, run
-from .models import models_app
-from .score import score
+from ._demo import demo
+from ._jobs import plan, run
+from ._models import models_app
+from ._score import score
 
 __all__ = ["app"]
 

@@ -1,16 +1,16 @@
 """Scheduled jobs with a deadline: job files, the planner, the runner and its reports.
 
-``load_job`` reads and validates a TOML job file (:mod:`scoring.jobs.spec`),
+``load_job`` reads and validates a TOML job file (:mod:`scoring.jobs._spec`),
 ``make_plan`` says whether and with how many workers it meets its deadline
-(:mod:`scoring.jobs.planner`), ``run_job`` plans, runs, watches the projected finish and
-writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs.runner`).
+(:mod:`scoring.jobs._planner`), ``run_job`` plans, runs, watches the projected finish and
+writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs._runner`).
 """
 
 from __future__ import annotations
 
-from .planner import Plan, make_plan
-from .report import REPORT_HTML, REPORT_JSON
-from .runner import (
+from ._planner import Plan, make_plan
+from ._report import REPORT_HTML, REPORT_JSON
+from ._runner import (
     EXIT_FAILED,
     EXIT_INFEASIBLE,
     EXIT_LATE,
@@ -19,7 +19,7 @@ from .runner import (
     JobOutcome,
     run_job,
 )
-from .spec import JobSpec, load_job
+from ._spec import JobSpec, load_job
 
 __all__ = [
     "EXIT_FAILED",

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..engines.base import resolve_model
-from ..engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, plan_workers
-from ..scorer import Scorer
+from .._engines.base import resolve_model
+from .._engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, plan_workers
+from .._scorer import Scorer
 
 if TYPE_CHECKING:
     import ray.data
@@ -53,7 +53,7 @@ def score_dataset(
 
     ``model`` is a registry reference (``name@alias``), a :class:`~scoring.Bundle`, a
     model file or a fitted model; workers get it as a bundle through the object store.
-    Columns are matched as in :class:`~scoring.scorer.Scorer`; a missing feature column
+    Columns are matched as in :class:`~scoring._scorer.Scorer`; a missing feature column
     fails the first batch with an error naming it.
     """
     import ray

@@ -4,7 +4,7 @@
 ``SELECT id, score_churn(struct(*)) FROM features`` work (a pandas UDF in its iterator
 form, so each Python worker compiles the model once); ``score_dataframe`` adds the local
 engine's output columns to a DataFrame through ``mapInArrow``; ``score_parquet(...,
-engine="spark")`` runs a whole job (:mod:`scoring.engines.spark`) through Spark's own
+engine="spark")`` runs a whole job (:mod:`scoring._engines.spark`) through Spark's own
 committer plus our manifest.
 
 The model travels as a registry bundle in a broadcast and is verified by checksum on
@@ -15,7 +15,7 @@ model runs on CPU.
 
 from __future__ import annotations
 
-from ..engines.spark import local_session, tune_session
+from .._engines.spark import local_session, tune_session
 from ._dataframe import score_dataframe
 from ._udf import UDF_OUTPUTS, register_udf
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..engines.base import resolve_model
-from ..engines.spark import score_frame
+from .._engines.base import resolve_model
+from .._engines.spark import score_frame
 
 __all__ = ["score_dataframe"]
 

@@ -1,5 +1,5 @@
 """What a scoring UDF returns: one output (a column) or all of them (a struct), typed
-from the model's :class:`~scoring.outputs.OutputLayout`."""
+from the model's :class:`~scoring._outputs.OutputLayout`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from .._ir import Forest
+from .._outputs import OutputLayout
 from ..errors import ConfigError
-from ..ir import Forest
-from ..outputs import OutputLayout
 
 __all__ = ["UDF_OUTPUTS", "OutputSpec", "output_spec"]
 

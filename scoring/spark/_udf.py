@@ -8,11 +8,11 @@ from typing import Any, Tuple, Union  # noqa: UP035  (pandas_udf reads these typ
 import pandas as pd
 import pyarrow as pa
 
-from ..engines.base import resolve_model
-from ..engines.spark import tune_session, worker_model
+from .._engines.base import resolve_model
+from .._engines.spark import tune_session, worker_model
+from .._inputs import feature_names
+from .._scorer import Scorer
 from ..errors import FeatureCountError
-from ..inputs import feature_names
-from ..scorer import Scorer
 from ._outputs import UDF_OUTPUTS, output_spec
 
 __all__ = ["UDF_OUTPUTS", "register_udf"]
@@ -56,7 +56,7 @@ def register_udf(
 
 
 def _features(batch: Any, forest: Any) -> pa.Table:
-    """A struct argument matched by name (see :class:`~scoring.scorer.Scorer`), or
+    """A struct argument matched by name (see :class:`~scoring._scorer.Scorer`), or
     positional columns named as the model's features."""
     names = feature_names(forest) or [f"f{i}" for i in range(forest.n_features)]
     if isinstance(batch, pd.DataFrame):

@@ -1,0 +1,49 @@
+"""Backends: how a compiled model computes its outputs, behind one protocol.
+
+:class:`scoring._model.CompiledModel` is the public face; the Scorer calls a backend
+only through :class:`Backend`: ``score`` for a batch of already validated rows,
+``batch_rows`` for the batch size that suits its device, and ``for_parallel_calls``
+for a variant whose calls may run side by side on CPU threads.  Device concerns (pinned
+host memory, splitting a batch that runs out of device memory) stay inside the backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+__all__ = ["CPU_BATCH_ROWS", "Backend"]
+
+#: Rows per batch on CPU: big enough to amortise per-call costs.
+CPU_BATCH_ROWS = 131_072
+
+
+class Backend(Protocol):
+    name: str
+    device: torch.device
+    strategy: str | None
+    strategy_reason: str
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows per batch that suit this backend's device."""
+
+    def score(
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One batch: ``features`` as read (for predictors that want names and
+        categories) and ``mat``, the validated matrix in feature order.  Returns
+        ``predict_proba`` for classifiers, else the transformed values, and the raw
+        margins when ``raw`` (an anomaly model's raw score is its decision_function)."""
+
+    def for_parallel_calls(self) -> Backend | None:
+        """A backend whose ``score`` calls may run side by side, each on one thread;
+        None where one call should have the machine (torch threads, a GPU)."""
+
+    def predict(self, X: Any) -> np.ndarray: ...
+    def predict_proba(self, X: Any) -> np.ndarray: ...
+    def predict_raw(self, X: Any) -> np.ndarray: ...
+    def predict_leaf(self, X: Any) -> np.ndarray: ...

@@ -1,0 +1,76 @@
+"""``backend="native"``: the framework's own predictor, the reference and CPU fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from .._frameworks import NativeModel, native_model
+from .._inputs import feature_names
+from .._ir import Forest
+from . import CPU_BATCH_ROWS, Backend
+
+__all__ = ["NativeBackend"]
+
+
+class NativeBackend:
+    name = "native"
+    strategy: str | None = None
+    strategy_reason = "native predictor"
+    batch_rows = CPU_BATCH_ROWS
+
+    def __init__(self, model: Any, forest: Forest, *, predictor: NativeModel | None = None):
+        self.model = model
+        self.forest = forest
+        self.device = torch.device("cpu")
+        self.predictor = predictor or native_model(model, forest)
+        self.names = feature_names(forest)
+
+    def for_parallel_calls(self) -> Backend | None:
+        one = self.predictor.one_thread()
+        if one is None:
+            return None
+        if one is self.predictor:
+            return self
+        return NativeBackend(one.model, self.forest, predictor=one)
+
+    def score(
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        X: Any = mat
+        if self.forest.categorical_features:
+            X = _native_frame(features)  # categories go to the framework as labels
+        elif self.names:  # numbers only: the validated matrix, named without copies
+            X = pd.DataFrame(mat, columns=self.names, copy=False)
+        classifier = self.forest.task in ("binary", "multiclass")
+        values = self.predict_proba(X) if classifier else self.predict(X)
+        return np.asarray(values), (self.predict_raw(X) if raw else None)
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.predictor.predict(X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        return self.predictor.predict_proba(X)
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        return self.predictor.predict_raw(X)
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        return self.predictor.predict_leaf(X)
+
+
+def _native_frame(features: pa.Table) -> pd.DataFrame:
+    """What the frameworks read: floats (ints, bools, decimals cast; nulls as NaN) and
+    pandas categories for dictionary columns."""
+    columns = {}
+    for name, col in zip(features.schema.names, features.columns, strict=True):
+        typ = col.type
+        if not (pa.types.is_dictionary(typ) or pa.types.is_floating(typ)):
+            col = pc.cast(col, pa.float64())
+        columns[name] = col
+    return pa.table(columns).to_pandas()

@@ -1,0 +1,138 @@
+"""``backend="tensor"``: the product's own compiler, on CPU or CUDA.
+
+On CUDA a batch goes through a pinned host buffer with a non-blocking copy, the batch
+size comes from free device memory, and a batch that runs out of device memory is
+split in halves and retried (later batches start at the smaller size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .._compiler import compile_forest, transform
+from .._ir import Forest
+from .._outputs import predictions, probabilities, squeeze
+from ..errors import ResourceLimitError
+from . import CPU_BATCH_ROWS, Backend
+
+__all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows"]
+
+CUDA_MAX_BATCH_ROWS = 1 << 21
+MIN_BATCH_ROWS = 1024
+
+
+def cuda_batch_rows(forest: Forest, device: torch.device, *, fraction: float = 0.5) -> int:
+    """Rows whose input, margins and intermediates fit in ``fraction`` of free memory."""
+    free, _ = torch.cuda.mem_get_info(device)
+    # inputs (float64 worst case), margins and values, and the strategy's per-row tables.
+    per_row = 8 * forest.n_features + 16 * forest.n_outputs + 8 * max(forest.n_trees, 1) * 4
+    return int(max(MIN_BATCH_ROWS, min(CUDA_MAX_BATCH_ROWS, free * fraction // per_row)))
+
+
+class TensorBackend:
+    name = "tensor"
+
+    def __init__(
+        self,
+        forest: Forest,
+        *,
+        device: torch.device,
+        strategy: str = "auto",
+        batch_size: int | None = None,
+    ):
+        self.forest = forest
+        self.device = device
+        self.module, self.choice = compile_forest(
+            forest, device=device, strategy=strategy, batch_size=batch_size
+        )
+        self.strategy: str | None = self.choice.name
+        self.strategy_reason = self.choice.reason
+        on_cuda = device.type == "cuda"
+        self.batch_rows = cuda_batch_rows(forest, device) if on_cuda else CPU_BATCH_ROWS
+        self._pinned: torch.Tensor | None = None
+
+    def for_parallel_calls(self) -> Backend | None:
+        return None  # torch spreads one call itself; a GPU takes one call at a time
+
+    def _tensor(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(mat).to(self.device, non_blocking=True)
+
+    @torch.inference_mode()
+    def margins(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Margins ``[B, K]`` on the device (base score included, before the link)."""
+        return self.module(self._tensor(mat))
+
+    @torch.inference_mode()
+    def values(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        return transform(self.forest, self.margins(mat)).cpu().numpy()
+
+    def predict_raw(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        if self.forest.post_transform == "isolation":  # its raw score: decision_function
+            return squeeze(self.values(mat))
+        with torch.inference_mode():
+            return squeeze(self.margins(mat).cpu().numpy())
+
+    def predict_proba(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        return probabilities(self.forest, self.values(mat))
+
+    def predict(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        return predictions(self.forest, self.values(mat))
+
+    @torch.inference_mode()
+    def predict_leaf(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        return self.module.leaf_ids(self._tensor(mat)).cpu().numpy()
+
+    # -- batches for the Scorer -----------------------------------------------------
+
+    def score(
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        try:
+            return self._score_once(mat, raw=raw)
+        except torch.cuda.OutOfMemoryError:
+            if len(mat) <= 1:
+                raise ResourceLimitError(
+                    f"a single row does not fit on {self.device}; use device='cpu'"
+                ) from None
+            torch.cuda.empty_cache()
+            half = len(mat) // 2
+            self.batch_rows = max(MIN_BATCH_ROWS, half)  # later batches start smaller
+            first = self.score(features, mat[:half], raw=raw)
+            second = self.score(features, mat[half:], raw=raw)
+            margins = None
+            if first[1] is not None and second[1] is not None:
+                margins = np.concatenate([first[1], second[1]])
+            return np.concatenate([first[0], second[0]]), margins
+
+    @torch.inference_mode()
+    def _score_once(
+        self, mat: np.ndarray | torch.Tensor, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        margins = self.module(self._staged(mat))
+        values = transform(self.forest, margins).cpu().numpy()
+        if self.forest.task in ("binary", "multiclass"):
+            values = probabilities(self.forest, values)
+        elif self.forest.task != "anomaly":
+            values = squeeze(values)
+        if not raw:
+            return values, None
+        # an anomaly model's raw score is its decision_function
+        return values, values if self.forest.task == "anomaly" else margins.cpu().numpy()
+
+    def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """On CUDA, host rows copied through a reused pinned buffer, without blocking."""
+        host = torch.as_tensor(mat)
+        if self.device.type != "cuda" or host.device.type != "cpu":
+            return host
+        n = host.shape[0]
+        pinned = self._pinned
+        if pinned is None or pinned.shape[0] < n or pinned.dtype != host.dtype:
+            pinned = torch.empty(
+                (max(n, self.batch_rows), host.shape[1]), dtype=host.dtype, pin_memory=True
+            )
+            self._pinned = pinned
+        staged = pinned[:n]
+        staged.copy_(host)
+        return staged.to(self.device, non_blocking=True)

@@ -1,0 +1,87 @@
+"""Compiled models cached per process, bounded by count and by device memory.
+
+A Ray actor or Spark Python worker compiles each (model sha256, backend, strategy,
+device) once however many batches or files it scores; the least recently used model is
+dropped when the cache holds more than ``max_models`` or its compiled tensors take more
+than ``max_bytes`` on one device (default: a quarter of a GPU's memory, 4 GiB on CPU).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+from ._bundle import Bundle
+from ._model import CompiledModel, compile_model
+
+__all__ = ["CompiledCache", "compiled"]
+
+MAX_MODELS = 8
+CPU_MAX_BYTES = 4 << 30
+
+_Key = tuple[str, str, str, str]
+
+
+def device_bytes(cm: CompiledModel) -> int:
+    """Bytes the compiled model's tensors take on its device (0 for native predictors)."""
+    module = getattr(cm.implementation, "module", None)
+    if not isinstance(module, torch.nn.Module):
+        return 0
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _budget(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory // 4)
+    return CPU_MAX_BYTES
+
+
+class CompiledCache:
+    """LRU of compiled models; see the module docstring."""
+
+    def __init__(self, *, max_models: int = MAX_MODELS, max_bytes: int | None = None):
+        self.max_models = max_models
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[_Key, tuple[CompiledModel, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(
+        self, bundle: Bundle, *, device: str = "auto", backend: str = "auto", strategy: str = "auto"
+    ) -> CompiledModel:
+        key = (bundle.sha256, backend, strategy, device)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key][0]
+            cm = compile_model(bundle, device=device, backend=backend, strategy=strategy)
+            self._entries[key] = (cm, device_bytes(cm))
+            self._evict(cm.device)
+            return cm
+
+    def _evict(self, device: torch.device) -> None:
+        """Drop the least recently used until both bounds hold (the newest always stays)."""
+        while len(self._entries) > self.max_models:
+            self._entries.popitem(last=False)
+        budget = self.max_bytes if self.max_bytes is not None else _budget(device)
+        here = [k for k, (cm, _) in self._entries.items() if cm.device == device]
+        used = sum(self._entries[k][1] for k in here)
+        for key in here[:-1]:  # oldest first; the newest always stays
+            if used <= budget:
+                return
+            used -= self._entries.pop(key)[1]
+
+
+_PROCESS_CACHE = CompiledCache()
+
+
+def compiled(
+    bundle: Bundle, *, device: str = "auto", backend: str = "auto", strategy: str = "auto"
+) -> CompiledModel:
+    """The bundle compiled once per process (see :class:`CompiledCache`)."""
+    return _PROCESS_CACHE.get(bundle, device=device, backend=backend, strategy=strategy)

@@ -1,0 +1,118 @@
+"""``scoring.Registry``: the model store plus what needs the compiler.
+
+Registering imports the model, stores its canonical bytes and holds the tensor backend
+to the native predictor (:func:`scoring._parity.verify`) on every strategy ``auto`` may
+pick on each available device type; loading compiles a stored version.  Storage,
+names, versions and records are :class:`~scoring._registry.ModelStore`'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ._bundle import schema_of
+from ._compiler import choose_strategy
+from ._frameworks import dump_model, framework_of, library_versions, load_model_file
+from ._ir import Forest
+from ._model import CompiledModel, compile_imported, compile_model
+from ._parity import Predictor, Verification, verify
+from ._registry import ModelStore, ModelVersion, read_sample
+
+__all__ = ["Registry", "available_device_types", "verify_model"]
+
+
+def available_device_types() -> list[str]:
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+def _strategies(forest: Forest, device_type: str) -> list[str]:
+    """Every strategy ``auto`` may pick on this device type (batch size decides on CUDA)."""
+    device = torch.device(device_type)
+    picks = {choose_strategy(forest, device=device, batch_size=b).name for b in (None, 4096)}
+    return sorted(picks)
+
+
+def verify_model(
+    model: Any,
+    forest: Forest,
+    *,
+    sample: Any = None,
+    candidate: Forest | None = None,
+    devices: Sequence[str] | None = None,
+) -> dict[str, Verification]:
+    """The tensor backend compiled from ``candidate`` (default ``forest``: the registry
+    compiles what it restores from the stored bytes) against ``model``'s own predictor,
+    one :class:`Verification` per device type (default: every one available)."""
+    reference: Predictor = compile_imported(model, forest, backend="native")
+    compiled = candidate or forest
+
+    def build(device: str, strategy: str) -> Predictor:
+        return compile_imported(None, compiled, backend="tensor", device=device, strategy=strategy)
+
+    plan = {d: _strategies(compiled, d) for d in devices or available_device_types()}
+    return verify(reference, build, strategies=plan, sample=sample,
+                  versions=library_versions(forest.framework))  # fmt: skip
+
+
+class Registry(ModelStore):
+    """Model versions in a root directory or fsspec URL, metadata in a SQL database.
+
+    ``uri``: the root (default ``$SCORING_HOME``, else ``./.scoring``).  ``db_url``: any
+    SQLAlchemy URL; default SQLite in the root (local roots) or in process memory
+    (``memory://`` roots); other remote roots need one.
+    """
+
+    def register(
+        self,
+        name: str,
+        model_or_path: Any,
+        *,
+        sample: Any = None,
+        tags: Mapping[str, str] | None = None,
+        description: str = "",
+        trusted: bool = False,
+    ) -> ModelVersion:
+        """Import, store and verify a model; returns its new, immutable version.  The same
+        bytes registered again (under any name) share one artifact."""
+        model = model_or_path
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model_file(model, trusted=trusted)
+        framework = framework_of(model)
+        forest = framework.to_forest(model)  # an unsupported model is refused before storing
+        schema = schema_of(forest)
+        data = dump_model(model)
+        _, stored = framework.restore(
+            data, kind=schema.model_kind, classes=schema.classes, trusted=trusted
+        )
+        sample = read_sample(sample)
+        checks = verify_model(model, forest, sample=sample, candidate=stored)
+        return self.add_version(name, data, schema, verification=checks, sample=sample,
+                                tags=tags, description=description)  # fmt: skip
+
+    def verify(
+        self, ref: str, *, version: int | None = None, devices: Sequence[str] | None = None
+    ) -> ModelVersion:
+        """Re-run parity verification here (e.g. on a GPU machine) and record it."""
+        mv = self.get(ref, version=version)
+        model, forest = self.bundle(mv.name, version=mv.version).restore()
+        checks = verify_model(model, forest, sample=self.sample(mv), devices=devices)
+        return self.record_verification(mv, checks)
+
+    def load(
+        self,
+        ref: str,
+        *,
+        version: int | None = None,
+        device: str = "auto",
+        backend: str = "auto",
+        strategy: str = "auto",
+        trusted: bool = False,
+    ) -> CompiledModel:
+        """The version's model, checked against its sha256 and compiled."""
+        bundle = self.bundle(ref, version=version)
+        return compile_model(bundle, backend=backend, device=device, strategy=strategy,
+                             trusted=trusted)  # fmt: skip

@@ -1,0 +1,262 @@
+"""Output commit: staged files, a journal that makes reruns resume, then publication.
+
+Layout under the output directory while a run is in flight::
+
+    _temporary/<relpath>                 a finished output file, not yet published
+    _temporary/<relpath>.inprogress-*    a file being written (never trusted)
+    _temporary/_journal/<key>.json       one entry per finished input fragment
+
+An entry names the input (path and fingerprint), its row count, the output file and its
+sha256, and the job (model sha256, kept columns, outputs).  A rerun skips a fragment
+only when its entry matches this job and input and the file still has that sha256.
+Publication moves the staged files into place, writes ``_scoring_manifest.json`` and
+writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.
+
+The Spark engine writes through Spark's own committer instead (``part-*`` files, Spark's
+``_SUCCESS`` turned off) and then :meth:`Committer.publish_files` records its files in
+the manifest (``files``, beside the input ``fragments``) and writes ``_SUCCESS`` last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ._dataset import Fragment
+from .errors import OutputError
+
+__all__ = ["MANIFEST", "SUCCESS", "Committer", "HashingSink", "job_key"]
+
+MANIFEST = "_scoring_manifest.json"
+SUCCESS = "_SUCCESS"
+STAGING = "_temporary"
+MANIFEST_FORMAT_VERSION = 1
+
+
+def job_key(job: dict[str, Any]) -> str:
+    """What makes two runs interchangeable: same model bytes, kept columns, outputs."""
+    return hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class HashingSink:
+    """A writable file that hashes and counts the bytes going through it."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.sha.update(view)
+        self.size += view.nbytes
+        return int(self.raw.write(data))
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.raw.closed)
+
+    def tell(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True)
+class Entry:
+    relpath: str
+    input: str
+    fingerprint: str
+    rows: int
+    output: str
+    sha256: str
+    bytes: int
+    job: str
+
+
+class Committer:
+    def __init__(
+        self,
+        url: str,
+        *,
+        job: dict[str, Any],
+        overwrite: bool = False,
+        engine_files: tuple[str, ...] = (),
+    ):
+        self.fs, root = fsspec.core.url_to_fs(str(url))
+        self.url = str(url)
+        self.root = root.rstrip("/")
+        self.job = job
+        self.job_key = job_key(job)
+        self.overwrite = overwrite
+        self.engine_files = engine_files  # prefixes of files an engine's own commit leaves
+        self.staging = f"{self.root}/{STAGING}"
+
+    # -- before writing ------------------------------------------------------------
+
+    def previous_manifest(self) -> dict[str, Any] | None:
+        path = f"{self.root}/{MANIFEST}"
+        if not self.fs.exists(f"{self.root}/{SUCCESS}") or not self.fs.exists(path):
+            return None
+        return dict(json.loads(self.fs.cat_file(path)))
+
+    def check_target(self, fragments: list[Fragment]) -> bool:
+        """True when the output already holds this exact job, complete; raise when the
+        output holds something else this run must not overwrite."""
+        previous = self.previous_manifest()
+        if previous is not None:
+            same = previous.get("job_key") == self.job_key and sorted(
+                (f["relpath"], f["fingerprint"]) for f in previous["fragments"]
+            ) == sorted((f.relpath, f.fingerprint) for f in fragments)
+            if same:
+                return True
+            if not self.overwrite:
+                raise OutputError(
+                    f"output {self.url!r} already holds a completed run of another model or "
+                    "input; choose a new output or pass overwrite=True (--overwrite)"
+                )
+            return False
+        # Outputs an interrupted publish already moved into place are ours too.
+        journaled = {e.output for e in self._entries()}
+        foreign = [
+            p for p in self._listing()
+            if not p.startswith((STAGING, "_", ".", *self.engine_files)) and p not in journaled
+        ]  # fmt: skip
+        if foreign:
+            raise OutputError(
+                f"output {self.url!r} holds files scoring did not write ({foreign[0]!r}, ...); "
+                "choose an empty or new output location"
+            )
+        return False
+
+    def _listing(self) -> list[str]:
+        if not self.fs.exists(self.root):
+            return []
+        return [p[len(self.root) :].lstrip("/") for p in self.fs.find(self.root)]
+
+    def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
+        """Journal entries that prove a fragment done for this job (file intact)."""
+        wanted = {f.relpath: f for f in fragments}
+        done = {}
+        for entry in self._entries():
+            fragment = wanted.get(entry.relpath)
+            if fragment is None or entry.job != self.job_key:
+                continue
+            if entry.fingerprint == fragment.fingerprint and self._intact(entry):
+                done[entry.relpath] = entry
+        return done
+
+    def _entries(self) -> list[Entry]:
+        paths = self.fs.glob(f"{self.staging}/_journal/*.json")
+        return [Entry(**json.loads(self.fs.cat_file(p))) for p in paths]
+
+    def _intact(self, entry: Entry) -> bool:
+        for path in (f"{self.staging}/{entry.output}", f"{self.root}/{entry.output}"):
+            if self.fs.exists(path) and self.fs.size(path) == entry.bytes:
+                return hashlib.sha256(self.fs.cat_file(path)).hexdigest() == entry.sha256
+        return False
+
+    # -- while writing -------------------------------------------------------------
+
+    def open(self, fragment: Fragment) -> tuple[str, HashingSink]:
+        """A sink for the fragment's output, under a name no other attempt uses."""
+        tmp = f"{self.staging}/{output_name(fragment)}.inprogress-{uuid.uuid4().hex}"
+        self.fs.makedirs(tmp.rsplit("/", 1)[0], exist_ok=True)
+        return tmp, HashingSink(self.fs.open(tmp, "wb"))
+
+    def finish(self, fragment: Fragment, tmp: str, sink: HashingSink, rows: int) -> Entry:
+        """Move a closed output into the staging area and journal it."""
+        name = output_name(fragment)
+        self.fs.mv(tmp, f"{self.staging}/{name}")
+        entry = Entry(
+            relpath=fragment.relpath,
+            input=fragment.path,
+            fingerprint=fragment.fingerprint,
+            rows=rows,
+            output=name,
+            sha256=sink.sha.hexdigest(),
+            bytes=sink.size,
+            job=self.job_key,
+        )
+        key = hashlib.sha256(fragment.relpath.encode()).hexdigest()[:24]
+        journal = f"{self.staging}/_journal/{key}.json"
+        self.fs.makedirs(f"{self.staging}/_journal", exist_ok=True)
+        self.fs.pipe_file(f"{journal}.tmp", json.dumps(entry.__dict__).encode())
+        self.fs.mv(f"{journal}.tmp", journal)
+        return entry
+
+    # -- publication ---------------------------------------------------------------
+
+    def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
+        """Move every staged file into place, then the manifest, then ``_SUCCESS``."""
+        entries = sorted(entries, key=lambda e: e.relpath)
+        old = self.previous_manifest() if self.overwrite else None
+        if self.fs.exists(f"{self.root}/{SUCCESS}"):
+            self.fs.rm_file(f"{self.root}/{SUCCESS}")
+        keep = {e.output for e in entries}
+        for stale in (old or {}).get("fragments", []):
+            path = f"{self.root}/{stale['output']}"
+            if stale["output"] not in keep and self.fs.exists(path):
+                self.fs.rm_file(path)
+        for e in entries:
+            staged = f"{self.staging}/{e.output}"
+            if self.fs.exists(staged):  # else published by an earlier, interrupted publish
+                self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
+                self.fs.mv(staged, f"{self.root}/{e.output}")
+        manifest = self._finish([e.__dict__ for e in entries], extra)
+        self.fs.rm(self.staging, recursive=True)
+        return manifest
+
+    def publish_files(
+        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Record the ``prefix*`` files another committer wrote (rows from their footers,
+        sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        files = []
+        for path in sorted(self.fs.glob(f"{self.root}/{prefix}*")):
+            data = self.fs.cat_file(path)
+            rows = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+            files.append({
+                "output": path[len(self.root) :].lstrip("/"),
+                "rows": rows,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+            })  # fmt: skip
+        inputs = [
+            {"relpath": f.relpath, "input": f.path, "fingerprint": f.fingerprint, "rows": f.rows}
+            for f in fragments
+        ]
+        return self._finish(inputs, {"files": files, **extra})
+
+    def _finish(self, fragments: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+        manifest = {
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "job_key": self.job_key,
+            "job": self.job,
+            "committed_at": datetime.now(timezone.utc).isoformat(),
+            "rows": sum(int(f["rows"]) for f in fragments),
+            "fragments": fragments,
+            **extra,
+        }
+        self.fs.pipe_file(f"{self.root}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        self.fs.pipe_file(f"{self.root}/{SUCCESS}", b"")
+        return manifest
+
+
+def output_name(fragment: Fragment) -> str:
+    """The output file for an input fragment: the same relative path, as .parquet."""
+    stem = fragment.relpath
+    return stem if stem.endswith(".parquet") else f"{stem}.parquet"

@@ -1,0 +1,190 @@
+"""Forest IR -> a torch module on a device, with the strategy picked and recorded.
+
+``compile_forest`` is the stage's verb.  Strategy choice (``strategy="auto"``):
+
+* ``gemm`` for shallow forests (depth <= 3, or <= 6 for small batches on CUDA): one
+  batched matmul beats per-level gathers when trees are tiny;
+* ``perfect_tree_traversal`` up to depth 10 while its 2**depth layout fits the memory
+  limit: no child gathers;
+* ``tree_traversal`` otherwise: any depth, memory linear in nodes.
+
+A forced ``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._ir import Forest
+from ..errors import CompileError, ResourceLimitError
+from .kernels import Gemm, LeafSum, NodeTest, PerfectTreeTraversal, TreeTraversal
+from .tables import (
+    NodeParams,
+    bitset_tables,
+    gemm_layout,
+    perfect_layout,
+    perfect_layout_bytes,
+    traversal_layout,
+    zero_threshold,
+)
+from .transforms import transform
+
+__all__ = ["STRATEGIES", "TensorForest", "compile_forest", "choose_strategy", "transform"]
+
+#: A strategy builds (paths module, leaves, per-row cost in elements) for a forest from
+#: its node test; a new strategy is one function and one row of :data:`_BUILDERS`.
+_Built = tuple[nn.Module, Any, int]
+_Builder = Callable[[Forest, Callable[[NodeParams], NodeTest], int], _Built]
+#: Default ceiling for the perfect layout's tables.
+PERFECT_MAX_BYTES = 1 << 30
+#: Elements of the widest intermediate per chunk of rows (bounds scratch memory).
+_CHUNK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 27}
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    name: str
+    reason: str
+
+
+def choose_strategy(
+    forest: Forest,
+    *,
+    device: torch.device,
+    batch_size: int | None = None,
+    max_perfect_bytes: int = PERFECT_MAX_BYTES,
+) -> StrategyChoice:
+    depth = forest.max_depth
+    gemm_depth = 6 if device.type == "cuda" and (batch_size or 1 << 20) <= 4096 else 3
+    if depth <= gemm_depth:
+        return StrategyChoice("gemm", f"max depth {depth} <= {gemm_depth}")
+    need = perfect_layout_bytes(forest)
+    if depth <= 10 and need <= max_perfect_bytes:
+        return StrategyChoice(
+            "perfect_tree_traversal", f"max depth {depth} <= 10, layout {need >> 20} MiB"
+        )
+    return StrategyChoice(
+        "tree_traversal", f"max depth {depth} > 10 or perfect layout {need >> 20} MiB too large"
+    )
+
+
+class TensorForest(nn.Module):
+    """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included)."""
+
+    def __init__(
+        self,
+        forest: Forest,
+        paths: nn.Module,
+        leaves: LeafSum,
+        *,
+        device: torch.device,
+        row_cost: int,
+    ):
+        super().__init__()
+        self.paths = paths
+        self.leaves = leaves
+        self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
+        self.register_buffer(
+            "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
+        )
+        self.scale = 1.0 / forest.n_trees if forest.average else 1.0
+        self.zero_snap = forest.zero_snap
+        # Rows per chunk so that the widest intermediate stays within a fixed budget.
+        self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [self._margins(chunk) for chunk in torch.split(x, self.chunk_rows)]
+        return torch.cat(parts) if parts else self._margins(x)
+
+    def _leaf_positions(self, x: torch.Tensor) -> torch.Tensor:
+        if self.zero_snap:
+            zero = zero_threshold(np.float32 if x.dtype == torch.float32 else np.float64)
+            x = torch.where(x.abs() <= zero, torch.zeros_like(x), x)
+        return self.paths(x)
+
+    def _margins(self, x: torch.Tensor) -> torch.Tensor:
+        total = self.leaves(self._leaf_positions(x))
+        if self.scale != 1.0:
+            total = total * self.scale
+        return total + self.base_score
+
+    def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """The native predictor's leaf id per row and tree, ``[B, T]``."""
+        chunks = torch.split(x, self.chunk_rows)
+        parts = [self.leaves.native_ids(self._leaf_positions(c)) for c in chunks]
+        return torch.cat(parts) if parts else self.leaves.native_ids(self._leaf_positions(x))
+
+
+def compile_forest(
+    forest: Forest,
+    *,
+    device: torch.device,
+    strategy: str = "auto",
+    batch_size: int | None = None,
+    max_perfect_bytes: int = PERFECT_MAX_BYTES,
+) -> tuple[TensorForest, StrategyChoice]:
+    if forest.n_trees == 0:
+        raise CompileError(f"{forest.model_kind} has no trees to compile")
+    if strategy == "auto":
+        choice = choose_strategy(
+            forest, device=device, batch_size=batch_size, max_perfect_bytes=max_perfect_bytes
+        )
+    elif strategy in STRATEGIES:
+        choice = StrategyChoice(strategy, "requested")
+    else:
+        raise CompileError(f"unknown strategy {strategy!r}; expected 'auto' or one of {STRATEGIES}")
+    bits = bitset_tables(forest)
+
+    def test(params: NodeParams) -> NodeTest:
+        return NodeTest(params, bits, cat_check_before_trunc=forest.cat_check_before_trunc)
+
+    acc = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
+    paths, leaves, row_cost = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
+    leaf_sum = LeafSum(leaves, n_outputs=forest.n_outputs, dtype=acc)
+    module = TensorForest(forest, paths, leaf_sum, device=device, row_cost=row_cost)
+    return module.to(device).eval(), choice
+
+
+def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    need = perfect_layout_bytes(forest)
+    if need > max_bytes:
+        raise ResourceLimitError(
+            f"perfect_tree_traversal needs {need >> 20} MiB for depth {forest.max_depth} "
+            f"(limit {max_bytes >> 20} MiB); use strategy='tree_traversal' or 'auto'"
+        )
+    perfect = perfect_layout(forest)
+    return (
+        PerfectTreeTraversal(perfect, test(perfect.params)),
+        perfect.leaves,
+        _traversal_cost(forest),
+    )
+
+
+def _gemm(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    gemm = gemm_layout(forest)
+    cost = int(gemm.path.shape[0] * (gemm.path.shape[1] + gemm.path.shape[2]))
+    return Gemm(gemm, test(gemm.params)), gemm.leaves, cost
+
+
+def _traversal(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    trav = traversal_layout(forest)
+    return TreeTraversal(trav, test(trav.params)), trav.leaves, _traversal_cost(forest)
+
+
+def _traversal_cost(forest: Forest) -> int:
+    return forest.n_trees * 8  # traversals: a handful of [B, T] temporaries
+
+
+#: The strategy table: name -> builder.
+_BUILDERS: dict[str, _Builder] = {
+    "gemm": _gemm,
+    "tree_traversal": _traversal,
+    "perfect_tree_traversal": _perfect,
+}
+STRATEGIES = tuple(_BUILDERS)

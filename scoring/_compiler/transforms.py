@@ -1,0 +1,25 @@
+"""Link functions applied to margins, per :attr:`scoring._ir.Forest.post_transform`."""
+
+from __future__ import annotations
+
+import torch
+
+from .._ir import Forest
+
+
+def transform(forest: Forest, margin: torch.Tensor) -> torch.Tensor:
+    """Margins ``[B, K]`` -> the model's output space (probabilities, values, scores)."""
+    kind = forest.post_transform
+    if kind == "identity":
+        return margin
+    if kind in ("sigmoid", "ova_sigmoid"):
+        return torch.sigmoid(forest.sigmoid_alpha * margin)
+    if kind == "softmax":
+        return torch.softmax(margin, dim=1)
+    if kind == "exp":
+        return torch.exp(margin)
+    if kind == "square":  # LightGBM reg_sqrt: the model was fit on sign(y) * sqrt(|y|)
+        return torch.sign(margin) * margin * margin
+    if kind == "isolation":  # decision_function of IsolationForest
+        return -torch.pow(2.0, -margin / forest.isolation_norm) - forest.isolation_offset
+    raise AssertionError(f"unknown post transform {kind}")  # importers only emit the above

@@ -1,0 +1,97 @@
+"""``scoring.score_parquet``: score a Parquet dataset with a model, on an engine.
+
+Engines implement :class:`~scoring._engines.base.Engine` and register themselves in
+:data:`ENGINES`; adding one is one module (``ENGINE = register(...)``) plus its name on
+the import line below.  They share the model
+resolved once, the checks before writing, the Scorer, the output layout, the commit and
+the report (:mod:`scoring._engines.base`).  Engine options (``engine_options``):
+
+``ray``
+    ``address`` (a running cluster; default: the current session, else a new local
+    one), ``num_workers`` (default: one per GPU, or CPUs / 4), and ``num_cpus`` and
+    ``num_gpus`` per actor (default: see :func:`scoring._engines.ray.plan_workers`).
+``spark``
+    ``master`` (default: the active session, else ``local[*]``) and ``conf`` (settings
+    for a session the job starts).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._dataset import InputDataset
+from .._progress import RunProgress
+from .._registry import ModelStore
+from ..errors import ConfigError
+from . import local, ray, spark  # noqa: F401  (the registration line)
+from .base import (
+    ENGINES,
+    Engine,
+    ModelSource,
+    ScoreReport,
+    check_outside_process,
+    plan_run,
+    publish,
+    report,
+    resolve_model,
+)
+
+__all__ = ["ENGINES", "Engine", "ModelSource", "ScoreReport", "engine_named",
+           "resolve_model", "score_parquet"]  # fmt: skip
+
+
+def engine_named(name: str) -> Engine:
+    if name not in ENGINES:
+        raise ConfigError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
+def score_parquet(
+    input: str | os.PathLike[str] | InputDataset,
+    output: str | os.PathLike[str],
+    model: Any,
+    *,
+    engine: str = "local",
+    keep: Sequence[str] = (),
+    outputs: str = "default",
+    device: str = "auto",
+    backend: str = "auto",
+    registry: str | os.PathLike[str] | ModelStore | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    engine_options: Mapping[str, Any] | None = None,
+    on_progress: Callable[[float, int], None] | None = None,
+) -> ScoreReport:
+    """Score every row of ``input`` into ``output``; see README "Batch scoring".
+
+    ``input`` may be an already opened :class:`~scoring._dataset.InputDataset` and
+    ``model`` an already resolved :class:`~scoring._engines.base.ModelSource` (a job's
+    planner made both), so nothing is listed, read or compiled twice.
+
+    ``on_progress(seconds, rows)`` is called as rows are written (job deadlines).
+    """
+    runner = engine_named(engine)
+    options = runner.options(engine_options or {})
+    source_url = input.url if isinstance(input, InputDataset) else str(input)
+    if not runner.local:
+        check_outside_process(engine, source_url, str(output))
+    source = resolve_model(model, registry=registry, device=device, backend=backend,
+                           local=runner.local)  # fmt: skip
+    data = input if isinstance(input, InputDataset) else str(input)
+    run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
+                   overwrite=overwrite, engine=runner, device=device, backend=backend)  # fmt: skip
+    if run.complete:
+        return report(run, engine=engine, timeline=[])
+    tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
+    if on_progress is not None:
+        tracker.listeners.append(on_progress)
+    try:
+        scored = runner.run(run, source=source, options=options, progress=tracker)
+    finally:
+        tracker.close()
+    files = publish(run, scored, engine=runner)
+    result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
+    result.files = files
+    return result

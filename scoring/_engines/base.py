@@ -1,0 +1,334 @@
+"""What every engine shares: the protocol, the model resolved once, the checked run
+plan, publication and the final report.
+
+``plan_run`` does every check that can be done before a byte is written (input files
+and footers, columns and types, kept columns, a trial score of the first rows, the
+output location) so that bad input fails fast and publishes nothing.  A run is keyed
+by the sha256 of the model's canonical bytes, whatever form the model came in, so a
+rerun with another model never resumes or keeps this one's output.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from .._bundle import Bundle
+from .._commit import Committer, Entry
+from .._dataset import Fragment, InputDataset, open_input
+from .._model import CompiledModel, compile_model
+from .._progress import RunProgress
+from .._registry import ModelStore
+from .._scorer import Scorer
+from .._version import __version__
+from ..errors import ConfigError
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "ModelSource",
+    "Run",
+    "ScoreReport",
+    "Scored",
+    "check_outside_process",
+    "output_metadata",
+    "parse_options",
+    "plan_run",
+    "publish",
+    "register",
+    "report",
+    "resolve_model",
+]
+
+TRIAL_ROWS = 1000
+
+
+class Engine(Protocol):
+    """One way to run a job: ``local``, ``ray`` or ``spark`` (see :data:`ENGINES`)."""
+
+    name: str
+    #: Scores in this process: the model is compiled here for the job's device.
+    local: bool
+    #: Resumes from the journal (else it rescores every file, e.g. Spark's overwrite).
+    resumes: bool
+    #: Prefixes of the files its own committer leaves in the output.
+    engine_files: tuple[str, ...]
+    #: Seconds to start before the first row is scored (cluster, session, workers).
+    startup_seconds: float
+    #: The schema of the job file's ``[<name>]`` table (extra keys refused), or None.
+    table: type[BaseModel] | None
+
+    def job_options(
+        self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
+    ) -> dict[str, Any]:
+        """``engine_options`` for a job file: its ``[<name>]`` table, its ``workers`` and
+        its per-worker ``[resources]`` (None where the file leaves them to the engine)."""
+
+    def options(self, given: Mapping[str, Any]) -> Any:
+        """The engine's options from ``engine_options`` (ConfigError naming a wrong one)."""
+
+    def workers(self, options: Any, *, device: str) -> int:
+        """How many workers a run with ``options`` gets (for the planner)."""
+
+    def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
+        """Score ``run.todo`` into the output's staging area (nothing published)."""
+
+
+#: Every engine by name; each engine module registers itself on import.
+ENGINES: dict[str, Engine] = {}
+
+
+def register(engine: Engine) -> Engine:
+    ENGINES[engine.name] = engine
+    return engine
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """The job's model, resolved once: ``compiled`` scores (local engines) or checks and
+    plans (distributed ones, on the native predictor); ``bundle`` is what workers get."""
+
+    compiled: CompiledModel
+    bundle: Bundle | None
+
+    @property
+    def sha256(self) -> str:
+        return self.compiled.sha256
+
+    def shipped(self) -> Bundle:
+        """The bundle workers receive."""
+        if self.bundle is None:
+            raise ConfigError(
+                "a compiled model cannot be shipped to workers; pass the registry "
+                "reference, a Bundle, the model file or the fitted model"
+            )
+        return self.bundle
+
+
+@dataclass
+class Scored:
+    """What an engine's run produced: journal entries (None when its own committer wrote
+    ``engine_files``), rows per worker and the output metadata the workers wrote."""
+
+    entries: list[Entry] | None
+    workers: dict[str, int]
+    metadata: dict[str, str]
+
+
+@dataclass
+class ScoreReport:
+    """What a run did: rows, time, model, where; ``timeline`` is (seconds, rows)."""
+
+    input: str
+    output: str
+    engine: str
+    rows: int
+    rows_skipped: int
+    files: int
+    seconds: float
+    rows_per_second: float
+    model: str
+    sha256: str
+    backend: str
+    strategy: str | None
+    device: str
+    outputs: list[str] = field(default_factory=list)
+    already_complete: bool = False
+    timeline: list[tuple[float, int]] = field(default_factory=list)
+    workers: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if self.already_complete:
+            return f"{self.output} already holds this run, complete: nothing to do"
+        return (
+            f"{self.rows:,} rows in {self.seconds:.1f} s ({self.rows_per_second:,.0f} rows/s), "
+            f"model {self.model} on {self.backend}/{self.strategy or '-'} {self.device}, "
+            f"{self.files} file(s) -> {self.output}"
+            + (f" ({self.rows_skipped:,} rows resumed)" if self.rows_skipped else "")
+            + (f"; rows per worker: {self._per_worker()}" if self.engine == "ray" else "")
+        )
+
+    def _per_worker(self) -> str:
+        return ", ".join(f"{w} {n:,}" for w, n in sorted(self.workers.items())) or "-"
+
+
+@dataclass
+class Run:
+    data: InputDataset
+    model: CompiledModel
+    scorer: Scorer
+    committer: Committer
+    columns: list[str]  # what to read from each file
+    schema: pa.Schema  # what each output file holds
+    todo: list[Fragment]
+    done: dict[str, Entry]
+    complete: bool
+    outputs: str = "default"
+    device: str = "auto"  # as asked for: engines with workers resolve it there
+    backend: str = "auto"
+    started: float = field(default_factory=time.perf_counter)
+
+    def cast(self, table: pa.Table) -> pa.Table:
+        return table.cast(self.schema) if table.schema != self.schema else table
+
+
+def resolve_model(
+    model: Any,
+    *,
+    registry: str | os.PathLike[str] | ModelStore | None = None,
+    device: str = "auto",
+    backend: str = "auto",
+    local: bool = True,
+) -> ModelSource:
+    """A registry reference (``name@alias``), a Bundle, a model file, a fitted model or a
+    compiled model, resolved once for a job; see :class:`ModelSource`."""
+    if isinstance(model, ModelSource):
+        return model
+    if isinstance(model, CompiledModel):
+        if not local:
+            raise ConfigError(
+                "a compiled model cannot be shipped to workers; pass the registry reference, "
+                "a Bundle, the model file or the fitted model"
+            )
+        return ModelSource(model, None)
+    bundle: Bundle | None = model if isinstance(model, Bundle) else None
+    if isinstance(model, str) and not os.path.exists(model):
+        store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
+        bundle = store.bundle(model)
+    if bundle is None and local:  # compiled from the object itself, hashed once
+        return ModelSource(compile_model(model, backend=backend, device=device), None)
+    bundle = bundle or Bundle.of(model)
+    if local:
+        return ModelSource(compile_model(bundle, backend=backend, device=device), bundle)
+    # The driver only checks and plans (it may have no GPU): the native predictor
+    # produces the same columns the workers will, without compiling anything.
+    return ModelSource(compile_model(bundle, backend="native"), bundle)
+
+
+def parse_options(kind: type[Any], engine: str, given: Mapping[str, Any]) -> Any:
+    """An engine's options dataclass from ``engine_options``, naming a wrong key."""
+    allowed = [f.name for f in fields(kind)]
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"engine {engine!r} has no option {unknown[0]!r} (options: "
+            f"{', '.join(allowed) or 'none'})"
+        )
+    return kind(**given)
+
+
+def output_metadata(model: CompiledModel) -> dict[str, str]:
+    origin = model.origin
+    return {
+        "scoring.version": __version__,
+        "scoring._model": model.ref,
+        "scoring._model.name": str(origin.get("name", "")),
+        "scoring._model.version": str(origin.get("version", "")),
+        "scoring._model.sha256": model.sha256,
+        "scoring._model.kind": model.forest.model_kind,
+        "scoring.backend": model.backend,
+        "scoring.strategy": model.strategy or "",
+        "scoring.device": str(model.device),
+    }
+
+
+def plan_run(
+    input: str | InputDataset,
+    output: str,
+    model: CompiledModel,
+    *,
+    keep: Sequence[str] = (),
+    outputs: str = "default",
+    overwrite: bool = False,
+    engine: Engine,
+    device: str = "auto",
+    backend: str = "auto",
+) -> Run:
+    """Check everything that can be checked before writing; see the module docstring."""
+    data = input if isinstance(input, InputDataset) else open_input(input)
+    _check_apart(data.url, output)
+    scorer = Scorer(model, keep=keep, outputs=outputs, ignore=data.partition_columns)
+    scorer.check_schema(data.schema)
+    columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
+    trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
+    schema = trial.schema.with_metadata(output_metadata(model))
+    job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    committer = Committer(output, job=job, overwrite=overwrite, engine_files=engine.engine_files)
+    complete = committer.check_target(data.fragments)
+    done = {} if complete or not engine.resumes else committer.completed(data.fragments)
+    todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
+    return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
+               outputs=outputs, device=device, backend=backend)  # fmt: skip
+
+
+def _check_apart(input_url: str, output_url: str) -> None:
+    """An output inside the input (or the reverse) would be read back as input."""
+    a, b = (str(u).rstrip("/") + "/" for u in (input_url, output_url))
+    if a.startswith(b) or b.startswith(a):
+        raise ConfigError(
+            f"output {output_url!r} and input {input_url!r} overlap; write the scores "
+            "outside the input"
+        )
+
+
+def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
+    """Publish what the engine wrote (staged files, or its own ``engine_files``), then
+    the manifest and ``_SUCCESS``; returns the number of output files."""
+    metadata = scored.metadata or output_metadata(run.model)
+    if scored.entries is None:
+        manifest = run.committer.publish_files(
+            run.data.fragments, prefix=engine.engine_files[0], extra={"metadata": metadata}
+        )
+        return len(manifest["files"])
+    entries = [*run.done.values(), *scored.entries]
+    run.committer.publish(entries, extra={"metadata": metadata})
+    return len(entries)
+
+
+def report(
+    run: Run, *, engine: str, timeline: list[tuple[float, int]], scored: Scored | None = None
+) -> ScoreReport:
+    seconds = time.perf_counter() - run.started
+    rows = sum(f.rows for f in run.todo)
+    meta = scored.metadata if scored is not None else {}
+    result = ScoreReport(
+        input=run.data.url,
+        output=run.committer.url,
+        engine=engine,
+        rows=rows,
+        rows_skipped=sum(e.rows for e in run.done.values()),
+        files=len(run.data.fragments),
+        seconds=seconds,
+        rows_per_second=rows / seconds if seconds > 0 else 0.0,
+        model=run.model.ref,
+        sha256=run.model.sha256,
+        # what the workers actually ran, not the driver's checking model
+        backend=meta.get("scoring.backend", run.model.backend),
+        strategy=meta.get("scoring.strategy", run.model.strategy or "") or None,
+        device=meta.get("scoring.device", str(run.model.device)),
+        outputs=run.scorer.output_names,
+        already_complete=run.complete,
+        timeline=timeline,
+    )
+    if scored is not None:
+        result.workers = scored.workers
+    return result
+
+
+def check_outside_process(engine: str, *urls: str) -> None:
+    """Workers are other processes: they cannot see this process's memory filesystem."""
+    for url in urls:
+        if url.startswith("memory://"):
+            raise ConfigError(
+                f"engine {engine!r} needs storage every worker can reach; {url!r} exists "
+                "only in this process (use a shared filesystem or object store)"
+            )

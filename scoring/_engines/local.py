@@ -1,0 +1,213 @@
+"""The local engine: one process, reading, scoring and writing overlapped in threads.
+
+A reader thread decodes record batches (pyarrow uses its own threads and releases the
+GIL), a pool scores them (torch and the native predictors release it too), and a writer
+thread encodes and writes Parquet.  The pool has one thread per CPU where the native
+predictor runs one-thread calls side by side (``Scorer.allow_parallel_calls``), else
+one.  Bounded queues between the stages keep memory flat however large the input, and
+the writer takes the scored batches in the order they were read, so rows keep file order.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from .._commit import Entry
+from .._dataset import Fragment
+from .._progress import RunProgress
+from .._scorer import Scorer
+from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
+
+__all__ = ["ENGINE", "LocalEngine", "cpu_threads", "parallel_calls", "run_local"]
+
+QUEUE_DEPTH = 3
+MAX_SCORE_THREADS = 32  # past this the single reader thread sets the pace anyway
+_END = object()  # marks the end of a fragment's batches
+
+
+class _Stopped(Exception):
+    """Another stage failed; this one stops quietly and lets that error surface."""
+
+
+class _Pipe:
+    """A bounded queue whose puts and gets give up once any stage has failed."""
+
+    def __init__(self, failed: threading.Event, *, depth: int = QUEUE_DEPTH):
+        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.failed = failed
+
+    def put(self, item: Any) -> None:
+        while not self.failed.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def get(self) -> Any:
+        while not self.failed.is_set():
+            try:
+                return self.q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        raise _Stopped
+
+    def drain(self) -> Iterator[Any]:
+        while (item := self.get()) is not None:
+            yield item
+
+
+def cpu_threads() -> int:
+    """The CPUs this process should use: OMP_NUM_THREADS where set (Ray sets it to an
+    actor's CPUs), else the CPUs it may run on."""
+    configured = os.environ.get("OMP_NUM_THREADS", "")
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def parallel_calls(scorer: Scorer) -> int:
+    """How many batches the engine scores side by side with ``scorer`` on this process."""
+    return scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
+
+
+def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
+    """Score every fragment still to do; returns their journal entries."""
+    return _Pipeline(run, progress).run()
+
+
+class _Pipeline:
+    """The three stages of one run and the queues between them; the first stage to fail
+    stops the others and its error is raised by :meth:`run`."""
+
+    def __init__(self, run: Run, progress: RunProgress):
+        self.job, self.progress = run, progress
+        self.failed = threading.Event()
+        self.errors: list[BaseException] = []
+        self.calls = parallel_calls(run.scorer)
+        # Every batch in the pool has its future queued for the writer: room for all.
+        self.read_q = _Pipe(self.failed)
+        self.write_q = _Pipe(self.failed, depth=QUEUE_DEPTH + self.calls)
+        self.entries: list[Entry] = []
+
+    def run(self) -> list[Entry]:
+        stages = (self._read, self._write)
+        threads = [threading.Thread(target=self._guarded(s), daemon=True) for s in stages]
+        for t in threads:
+            t.start()
+        with ThreadPoolExecutor(max_workers=self.calls, thread_name_prefix="score") as pool:
+            self._guarded(lambda: self._dispatch(pool))()
+            for t in threads:
+                t.join()
+            pool.shutdown(cancel_futures=True)
+        if self.errors:
+            raise self.errors[0]
+        return self.entries
+
+    def _guarded(self, stage: Callable[[], None]) -> Callable[[], None]:
+        def body() -> None:
+            try:
+                stage()
+            except _Stopped:
+                pass
+            except BaseException as exc:  # surfaced by the calling thread in run()
+                self.errors.append(exc)
+                self.failed.set()
+
+        return body
+
+    def _read(self) -> None:
+        job = self.job
+        for fragment in job.todo:
+            batches = job.data.batches(
+                fragment, columns=job.columns, batch_rows=job.scorer.batch_rows
+            )
+            for batch in batches:
+                self.read_q.put((fragment, batch))
+            self.read_q.put((fragment, _END))
+        self.read_q.put(None)
+
+    def _dispatch(self, pool: ThreadPoolExecutor) -> None:
+        for fragment, batch in self.read_q.drain():
+            scored: Future[pa.Table] | object = batch
+            if batch is not _END:
+                scored = pool.submit(self.job.scorer.score, batch)
+            self.write_q.put((fragment, scored))
+        self.write_q.put(None)
+
+    def _write(self) -> None:
+        current: _OutputFile | None = None
+        for fragment, scored in self.write_q.drain():
+            current = current or _OutputFile(self.job, fragment)
+            if scored is _END:
+                self.entries.append(current.close())
+                current = None
+            else:
+                table = scored.result()
+                current.write(table)
+                self.progress.advance(table.num_rows)
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """The local engine takes no options (its threads follow the CPUs it may use)."""
+
+
+class LocalEngine:
+    """The embedded default: this process, the model compiled here."""
+
+    name = "local"
+    local = True
+    resumes = True
+    engine_files: tuple[str, ...] = ()
+    startup_seconds = 0.0
+    table: type[BaseModel] | None = None
+
+    def job_options(
+        self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
+    ) -> dict[str, Any]:
+        return {}
+
+    def options(self, given: Mapping[str, Any]) -> LocalOptions:
+        return parse_options(LocalOptions, self.name, given)
+
+    def workers(self, options: Any, *, device: str) -> int:
+        return 1
+
+    def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
+        entries = run_local(run, progress=progress)
+        return Scored(entries, {"local": progress.rows}, output_metadata(run.model))
+
+
+ENGINE = register(LocalEngine())
+
+
+class _OutputFile:
+    """One fragment's output while it is being written."""
+
+    def __init__(self, run: Run, fragment: Fragment):
+        self.run, self.fragment, self.rows = run, fragment, 0
+        self.tmp, self.sink = run.committer.open(fragment)
+        self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy")
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(self.run.cast(table))
+        self.rows += table.num_rows
+
+    def close(self) -> Entry:
+        self.writer.close()
+        self.sink.close()
+        return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows)

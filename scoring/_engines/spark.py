@@ -1,0 +1,259 @@
+"""``engine="spark"``: the job as a Spark read, score and write, and the executor side
+every Spark entry point shares.
+
+The driver plans the run as the other engines do (every check before writing), then
+Spark reads the input files, :func:`score_frame` scores them on the executors through
+``mapInArrow`` and Spark's own committer writes ``part-*`` files in overwrite mode, so a
+rerun after a failure replaces a partial output instead of appending to it.  Spark's
+``_SUCCESS`` is turned off; ours follows the manifest, as for the other engines.
+
+The model travels as a bundle in a broadcast and is checked by sha256 on the executors;
+compiled models are cached per Python worker.  A task's GPU comes from
+``TaskContext.resources()["gpu"]``; without one the model runs on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._bundle import Bundle
+from .._cache import compiled
+from .._model import CompiledModel
+from .._progress import RunProgress
+from .._scorer import Scorer
+from ..errors import DependencyError, translated
+from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
+
+__all__ = [
+    "ARROW_BATCH_ROWS",
+    "ENGINE",
+    "PART_PREFIX",
+    "SparkEngine",
+    "SparkOptions",
+    "SparkTable",
+    "local_session",
+    "score_frame",
+    "task_device",
+    "tune_session",
+    "worker_model",
+]
+
+PART_PREFIX = "part-"
+_NO_SPARK_SUCCESS = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
+
+ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+#: Rows per Arrow batch handed to the Python workers when the user has not chosen:
+#: Spark's 10,000 leaves a GPU idle between batches and costs per-call overhead on CPU.
+ARROW_BATCH_ROWS = {"cpu": 131_072, "gpu": 1_048_576}
+
+
+def local_session(
+    master: str = "local[*]", *, app_name: str = "scoring", conf: Mapping[str, str] | None = None
+) -> Any:
+    """A Spark session (the active one if there is one) whose Python workers run this
+    interpreter, so they import the same scoring, torch and model libraries."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise DependencyError(
+            "Spark needs a Java runtime (17 or 21) and none was found: install one "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {"spark.ui.showConsoleProgress": "false", **(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def tune_session(spark: Any) -> str:
+    """Raise the Arrow batch size unless the user set one; warn when executors have GPUs
+    but tasks ask for none (their UDFs would then score on CPU).  Returns "gpu" or
+    "cpu": whether tasks get GPUs."""
+    conf = spark.sparkContext.getConf()
+    executor_gpus = float(conf.get("spark.executor.resource.gpu.amount", "0") or 0)
+    task_gpus = float(conf.get("spark.task.resource.gpu.amount", "0") or 0)
+    if executor_gpus > 0 and task_gpus == 0:
+        warnings.warn(
+            "executors have GPUs (spark.executor.resource.gpu.amount) but tasks ask for "
+            "none: set spark.task.resource.gpu.amount (e.g. 1, or 0.25 to share a GPU by "
+            "4 tasks) or scoring runs on CPU",
+            stacklevel=3,
+        )
+    kind = "gpu" if task_gpus > 0 else "cpu"
+    if not conf.contains(ARROW_BATCH) and spark.conf.get(ARROW_BATCH) == "10000":
+        spark.conf.set(ARROW_BATCH, str(ARROW_BATCH_ROWS[kind]))
+    return kind
+
+
+def task_device(requested: str) -> str:
+    """``requested`` unless it is "auto": then the GPU Spark gave this task (as a device
+    index among ``CUDA_VISIBLE_DEVICES`` when that is set), else the CPU."""
+    if requested != "auto":
+        return requested
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    gpus = context.resources().get("gpu") if context is not None else None
+    if gpus is None or not gpus.addresses:
+        return "cpu"
+    address = gpus.addresses[0]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    index = visible.index(address) if address in visible else int(address)
+    return f"cuda:{index}"
+
+
+def worker_model(payload: Any, *, device: str, backend: str) -> CompiledModel:
+    """The broadcast bundle, checksum verified, compiled once per Python worker for each
+    (model sha256, backend, device)."""
+    bundle = Bundle.from_bytes(payload.value)  # raises IntegrityError on a bad payload
+    return compiled(bundle, device=task_device(device), backend=backend)
+
+
+def score_frame(
+    df: Any,
+    source: ModelSource,
+    *,
+    keep: Sequence[str],
+    outputs: str = "default",
+    device: str = "auto",
+    backend: str = "auto",
+) -> Any:
+    """``df`` scored through ``mapInArrow`` (no pandas on the way): the kept columns,
+    then the model's output columns.  Columns are checked here, on the driver."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    kept = list(keep)
+    scorer = Scorer(source.compiled, keep=kept, outputs=outputs)
+    scorer.check_schema(to_arrow_schema(df.schema))
+    columns = list(dict.fromkeys([*kept, *scorer.feature_columns(df.columns)]))
+    target = pa.schema([*to_arrow_schema(df.select(*kept).schema), *scorer.layout.schema])
+    tune_session(df.sparkSession)
+    payload = df.sparkSession.sparkContext.broadcast(source.shipped().to_bytes())
+
+    def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cm = worker_model(payload, device=device, backend=backend)
+        worker = Scorer(cm, keep=kept, outputs=outputs)
+        for batch in batches:
+            yield from worker.score(batch).cast(target).to_batches()
+
+    return df.select(*columns).mapInArrow(score, from_arrow_schema(target))
+
+
+class SparkTable(BaseModel):
+    """A job file's ``[spark]`` table (``conf``: settings for a session the job starts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    master: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    master: str | None = None  # default: the active session, else local[*]
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+class SparkEngine:
+    """Spark reads, scores and writes; our manifest and ``_SUCCESS`` follow."""
+
+    name = "spark"
+    local = False
+    resumes = False  # Spark's overwrite mode rescores every file
+    engine_files: tuple[str, ...] = (PART_PREFIX,)
+    startup_seconds = 20.0  # a local session and its workers (benchmarks/results/e2e_spark_cpu.md)
+    table: type[BaseModel] | None = SparkTable
+
+    def options(self, given: Mapping[str, Any]) -> SparkOptions:
+        return parse_options(SparkOptions, self.name, given)
+
+    def job_options(
+        self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
+    ) -> dict[str, Any]:
+        """Per-worker resources become task settings; the worker count is Spark's."""
+        options = table.model_dump(exclude_none=True) if table is not None else {}
+        conf = dict(options.get("conf", {}))
+        if cpus is not None:
+            conf.setdefault("spark.task.cpus", str(int(cpus)))
+        if gpus is not None:
+            conf.setdefault("spark.task.resource.gpu.amount", str(gpus))
+        return {**options, "conf": conf}
+
+    def workers(self, options: SparkOptions, *, device: str) -> int:
+        session = local_session(options.master or "local[*]", conf=options.conf)
+        return max(1, int(session.sparkContext.defaultParallelism))
+
+    def run(
+        self, run: Run, *, source: ModelSource, options: SparkOptions, progress: RunProgress
+    ) -> Scored:
+        """Score every input file into the output (not yet published)."""
+        spark = local_session(options.master or "local[*]", conf=options.conf)
+        files = [run.data.fs.unstrip_protocol(f.path) for f in run.data.fragments]
+        first = run.data.fragments[0]
+        base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
+        # Only what the plan reads: kept and feature columns, never other partition keys.
+        df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
+        scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
+                             device=run.device, backend=run.backend)  # fmt: skip
+        output = run.committer.fs.unstrip_protocol(run.committer.root)
+        writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
+        _with_progress(spark, lambda: writer.parquet(output), run, progress)
+        # Executors choose their own device and backend; record what was asked for.
+        metadata = {**output_metadata(run.model), "scoring.backend": run.backend,
+                    "scoring.strategy": "", "scoring.device": run.device}  # fmt: skip
+        return Scored(None, {}, metadata)
+
+
+ENGINE = register(SparkEngine())
+
+
+def _with_progress(spark: Any, write: Any, run: Run, progress: RunProgress) -> None:
+    """Run ``write`` while turning finished Spark tasks into rows on the progress bar."""
+    total, reported, errors = sum(f.rows for f in run.data.fragments), 0, []
+    done = threading.Event()
+
+    def body() -> None:
+        try:
+            write()
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    spark.sparkContext.setJobGroup("scoring", "scoring job", interruptOnCancel=True)
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    tracker = spark.sparkContext.statusTracker()
+    while not done.wait(1.0):
+        fraction = _finished_fraction(tracker)
+        rows = int(total * fraction)
+        if rows > reported:
+            progress.advance(rows - reported)
+            reported = rows
+    if errors:
+        with translated("spark", "the Spark job failed"):
+            raise errors[0]
+    progress.advance(total - reported)
+
+
+def _finished_fraction(tracker: Any) -> float:
+    stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+    stages = [s for s in stages if s is not None and s.numTasks]
+    if not stages:
+        return 0.0
+    return min(s.numCompletedTasks / s.numTasks for s in stages)

@@ -1,0 +1,136 @@
+"""Frameworks: one module each behind :class:`Framework`, registered in one table.
+
+Adding a framework is one module (a :class:`Framework` and a :class:`NativeModel`
+subclass, ``FRAMEWORK = register(...)``) plus its name on the import line below, which
+registers it in :data:`FRAMEWORKS`.  The verbs
+here (``framework_of``, ``import_model``, ``load_model_file``, ``dump_model``,
+``restore_model``, ``native_model``) are what the rest of the package calls; none of
+it compares a framework's name.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as dist_version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._ir import Forest
+from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
+from . import lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
+from ._protocol import FRAMEWORKS, Framework, NativeModel, native_input
+
+__all__ = [
+    "FRAMEWORKS",
+    "Framework",
+    "NativeModel",
+    "dump_model",
+    "framework_named",
+    "framework_of",
+    "import_model",
+    "library_versions",
+    "load_model_file",
+    "native_input",
+    "native_model",
+    "restore_model",
+]
+
+
+_PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib")
+
+
+def framework_of(model: Any) -> Framework:
+    """The framework a fitted model object belongs to."""
+    for framework in FRAMEWORKS.values():
+        if framework.recognises(model):
+            return framework
+    raise UnsupportedModelError(
+        f"{type(model).__module__}.{type(model).__name__} is not a supported model: expected "
+        "a fitted scikit-learn tree ensemble, an XGBoost or LightGBM model, or a model file"
+    )
+
+
+def framework_named(name: str) -> Framework:
+    """The framework a schema or Forest records by name."""
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise UnsupportedModelError(
+            f"framework {name!r} is not supported here (known: {', '.join(FRAMEWORKS)}); "
+            "upgrade scoring"
+        ) from None
+
+
+def import_model(model: Any, *, trusted: bool = False) -> Forest:
+    """Import a fitted model object or a model file into the Forest IR."""
+    if isinstance(model, (str, os.PathLike)):
+        model = load_model_file(model, trusted=trusted)
+    return framework_of(model).to_forest(model)
+
+
+def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> Any:
+    """A model object from a file in its framework's own format (by suffix).
+
+    Pickle files (``.pkl``, ``.joblib``) are refused unless ``trusted=True``: unpickling
+    runs arbitrary code.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ModelFileError(f"model file {str(p)!r} does not exist")
+    suffix = p.suffix.lower()
+    if suffix in _PICKLE_SUFFIXES:
+        return _load_pickle(p, trusted=trusted)
+    readers = [f for f in FRAMEWORKS.values() if suffix in f.suffixes]
+    if not readers:
+        known = ", ".join(f"{' '.join(f.suffixes)} ({f.name})" for f in FRAMEWORKS.values())
+        raise ModelFileError(
+            f"model file {str(p)!r} has an unknown suffix {suffix!r}: expected {known}"
+        )
+    with translated("model file", f"cannot read model file {str(p)!r}"):
+        return readers[0].load_file(p, trusted=trusted)
+
+
+def dump_model(model: Any) -> bytes:
+    """The model's canonical bytes in its framework's safe format."""
+    return framework_of(model).dump(model)
+
+
+def restore_model(
+    framework: str, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool = False
+) -> tuple[Any, Forest]:
+    """Bytes written by :func:`dump_model` -> (model object, Forest IR)."""
+    handler = framework_named(framework)
+    with translated("model file", f"cannot read the stored {kind} ({framework})"):
+        return handler.restore(data, kind=kind, classes=classes, trusted=trusted)
+
+
+def native_model(model: Any, forest: Forest) -> NativeModel:
+    """The framework's own predictor for a model imported into ``forest``."""
+    return framework_named(forest.framework).native(model, forest)
+
+
+def library_versions(framework: str) -> dict[str, str]:
+    """Python, torch, scoring and the framework's library versions, as recorded."""
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("scoring", framework_named(framework).distribution):
+        try:
+            out[dist] = dist_version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def _load_pickle(path: Path, *, trusted: bool) -> Any:
+    if not trusted:
+        raise UntrustedModelError(
+            f"{path} is a pickle: loading it runs arbitrary code. Save the model in its "
+            "framework's own format (.skops, XGBoost .json/.ubj, LightGBM .txt), or pass "
+            "trusted=True if you trust its author"
+        )
+    import joblib
+
+    return joblib.load(path)

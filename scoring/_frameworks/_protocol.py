@@ -1,0 +1,133 @@
+"""The seam every framework fills: recognise, import, safe bytes, native predictor.
+
+A framework module defines one :class:`Framework` (what the registry, the compiler and
+the engines ask of it) and one :class:`NativeModel` subclass (its own predictor behind
+the calls the backends make).  Nothing outside a framework's module compares its name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .._ir import Forest
+from .._outputs import predictions, probabilities
+from ..errors import InputError
+
+__all__ = ["FRAMEWORKS", "Framework", "NativeModel", "native_input", "register"]
+
+
+def native_input(X: Any) -> Any:
+    """What the frameworks accept: numpy or pandas."""
+    if isinstance(X, torch.Tensor):
+        return X.detach().cpu().numpy()
+    if isinstance(X, (pa.Table, pa.RecordBatch)):
+        return X.to_pandas()
+    return X
+
+
+class NativeModel:
+    """The framework's own predictor, answering in the shapes our backends return."""
+
+    def __init__(self, model: Any, forest: Forest):
+        self.model = model
+        self.forest = forest
+
+    @property
+    def sklearn_api(self) -> bool:
+        """Whether the object is a scikit-learn-style estimator (not a raw Booster)."""
+        return hasattr(self.model, "get_params")
+
+    def one_thread(self) -> NativeModel | None:
+        """This predictor with every call on one thread (the caller's model is copied,
+        never changed); None where the framework has no such setting."""
+        return None
+
+    def prepare(self, X: Any) -> Any:
+        """``X`` (numpy or pandas) as the framework's predict methods take it."""
+        return X
+
+    def call(self, method: str, X: Any, **kwargs: Any) -> np.ndarray:
+        X = self.prepare(native_input(X))
+        try:
+            return np.asarray(getattr(self.model, method)(X, **kwargs))
+        except ValueError as exc:  # frameworks report bad input as ValueError
+            raise InputError(f"{self.forest.model_kind} rejected the input: {exc}") from exc
+
+    def predict(self, X: Any) -> np.ndarray:
+        if self.forest.predict_returns == "label" and not self.sklearn_api:
+            # A Booster restored from a registered classifier: labels from its classes.
+            return predictions(self.forest, self.predict_proba(X))
+        return self.call("predict", X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        if hasattr(self.model, "predict_proba"):
+            return self.call("predict_proba", X)
+        if self.forest.predict_returns == "class_index":  # multi:softmax gives labels only
+            margin = self.predict_raw(X)
+            e = np.exp(margin - margin.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+        values = self.call("predict", X)  # Boosters return transformed values
+        return probabilities(self.forest, values.reshape(len(values), -1))
+
+    @abstractmethod
+    def predict_raw(self, X: Any) -> np.ndarray:
+        """Margins before the link, as the framework reports them."""
+
+    @abstractmethod
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        """The native leaf id per row and tree, in the IR's tree order."""
+
+
+class Framework(ABC):
+    """One supported library: how its models are recognised, imported and stored."""
+
+    #: The name recorded in schemas and Forests, and the package its classes live in.
+    name: str
+    #: The distribution whose version is recorded with every model.
+    distribution: str
+    #: The artifact file name in the registry; its suffix says the safe format.
+    artifact: str
+    #: Model file suffixes this framework reads.
+    suffixes: tuple[str, ...]
+
+    def recognises(self, model: Any) -> bool:
+        return type(model).__module__.split(".")[0] == self.name
+
+    @abstractmethod
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        """A model object from a file with one of :attr:`suffixes`."""
+
+    @abstractmethod
+    def to_forest(self, model: Any) -> Forest:
+        """The fitted model in the Forest IR (refusing what cannot be compiled)."""
+
+    @abstractmethod
+    def dump(self, model: Any) -> bytes:
+        """The model's canonical bytes in the framework's safe format: the same model
+        always gives the same bytes, whose sha256 identifies it everywhere."""
+
+    @abstractmethod
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        """Bytes written by :meth:`dump` -> the model object and its Forest."""
+
+    @abstractmethod
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        """The framework's own predictor for ``model``."""
+
+
+#: Every supported framework by name, in the order they are tried on a model object.
+FRAMEWORKS: dict[str, Framework] = {}
+
+
+def register(framework: Framework) -> Framework:
+    """Add a framework to :data:`FRAMEWORKS` (each framework module does, on import)."""
+    FRAMEWORKS[framework.name] = framework
+    return framework

@@ -1,0 +1,336 @@
+"""scikit-learn importer: decision trees, forests, gradient boosting, HGB, IsolationForest.
+
+scikit-learn casts X to float32 for its tree models and tests ``x <= t`` against float64
+thresholds; HistGradientBoosting reads X as float64.  Missing values follow each node's
+``missing_go_to_left``.  Whether NaN or inf is accepted at all is read from the fitted
+estimator itself (a one-row probe of its own ``predict``) so that we refuse exactly
+what it refuses.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._ir import Forest, Tree, largest_float32_at_most
+from .._outputs import squeeze
+from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
+from ._common import numeric_tree
+from ._protocol import Framework, NativeModel, native_input, register
+from ._sklearn_hgb import import_hist_gradient_boosting
+
+__all__ = ["FRAMEWORK", "SKOPS_TRUSTED", "import_sklearn", "load_skops_bytes"]
+
+_FOREST_KINDS = {
+    "DecisionTreeClassifier", "DecisionTreeRegressor", "ExtraTreeClassifier",
+    "ExtraTreeRegressor", "RandomForestClassifier", "RandomForestRegressor",
+    "ExtraTreesClassifier", "ExtraTreesRegressor",
+}  # fmt: skip
+_GB_KINDS = {"GradientBoostingClassifier", "GradientBoostingRegressor"}
+_HGB_KINDS = {"HistGradientBoostingClassifier", "HistGradientBoostingRegressor"}
+
+
+def import_sklearn(model: Any) -> Forest:
+    kind = type(model).__name__
+    if getattr(model, "n_outputs_", 1) != 1:
+        raise UnsupportedModelError(f"{kind} with {model.n_outputs_} outputs is not supported")
+    if kind in _FOREST_KINDS:
+        forest = _import_forest(model, kind)
+    elif kind in _GB_KINDS:
+        forest = _import_gradient_boosting(model, kind)
+    elif kind in _HGB_KINDS:
+        forest = import_hist_gradient_boosting(model, kind)
+    elif kind == "IsolationForest":
+        forest = _import_isolation_forest(model)
+    else:
+        raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
+    forest.feature_names = _feature_names(model)
+    forest.accepts_nan, forest.accepts_inf = probe_finite_policy(model, forest.n_features)
+    return forest
+
+
+def probe_finite_policy(model: Any, n_features: int) -> tuple[bool, bool]:
+    """Ask the estimator whether it accepts NaN and inf, so we refuse what it refuses."""
+    accepts = []
+    for value in (np.nan, np.inf):
+        row = np.zeros((1, n_features))
+        row[0, 0] = value
+        try:
+            model.predict(row)
+        except ValueError:
+            accepts.append(False)
+        else:
+            accepts.append(True)
+    return accepts[0], accepts[1]
+
+
+def _feature_names(model: Any) -> list[str] | None:
+    names = getattr(model, "feature_names_in_", None)
+    return None if names is None else [str(n) for n in names]
+
+
+def _convert_tree(tree: Any, *, values: np.ndarray, features: np.ndarray | None = None) -> Tree:
+    """One sklearn ``tree_`` with its leaf values (already scaled as the ensemble uses them)."""
+    feature = tree.feature.astype(np.int64)
+    if features is not None:  # IsolationForest / bagging: tree features index a subset
+        feature = np.where(feature >= 0, features[np.maximum(feature, 0)], -1)
+    missing_left = getattr(tree, "missing_go_to_left", np.zeros(tree.node_count, dtype=bool))
+    return numeric_tree(
+        feature=feature,
+        threshold=largest_float32_at_most(tree.threshold),
+        left=tree.children_left,
+        right=tree.children_right,
+        default_left=np.asarray(missing_left, dtype=bool),
+        value=values,
+    )
+
+
+def _classes_task(model: Any) -> tuple[str, np.ndarray | None]:
+    classes = getattr(model, "classes_", None)
+    if classes is None:
+        return "regression", None
+    return ("binary" if len(classes) == 2 else "multiclass"), np.asarray(classes)
+
+
+def _import_forest(model: Any, kind: str) -> Forest:
+    estimators = getattr(model, "estimators_", [model])
+    task, classes = _classes_task(model)
+    trees = []
+    for est in estimators:
+        value = est.tree_.value[:, 0, :].astype(np.float64)  # class fractions or means
+        trees.append(_convert_tree(est.tree_, values=value))
+    n_out = trees[0].value.shape[1]
+    return Forest(
+        framework="sklearn",
+        model_kind=kind,
+        task=task,  # type: ignore[arg-type]
+        trees=trees,
+        n_features=int(model.n_features_in_),
+        n_outputs=n_out,
+        base_score=np.zeros(n_out),
+        average=True,
+        classes=classes,
+        objective="proportion" if classes is not None else "mean",
+        predict_returns="label" if classes is not None else "value",
+    )
+
+
+def _import_gradient_boosting(model: Any, kind: str) -> Forest:
+    if model.init_ != "zero" and type(model.init_).__name__ not in (
+        "DummyClassifier",
+        "DummyRegressor",
+    ):
+        raise UnsupportedModelError(
+            f"{kind} with a custom init estimator ({type(model.init_).__name__}) is not supported"
+        )
+    task, classes = _classes_task(model)
+    n_out = model.estimators_.shape[1]
+    # The init prediction is constant for the supported inits; read it as the model does.
+    base = model._raw_predict_init(np.zeros((1, model.n_features_in_), dtype=np.float32))[0]
+    trees = []
+    for stage in model.estimators_:
+        for k, est in enumerate(stage):
+            value = np.zeros((est.tree_.node_count, n_out))
+            value[:, k] = model.learning_rate * est.tree_.value[:, 0, 0]
+            trees.append(_convert_tree(est.tree_, values=value))
+    loss = getattr(model, "loss", "")
+    if task == "regression":
+        post = "identity"
+    elif loss == "exponential":
+        post, alpha = "sigmoid", 2.0
+    else:
+        post = "sigmoid" if task == "binary" else "softmax"
+    forest = Forest(
+        framework="sklearn",
+        model_kind=kind,
+        task=task,  # type: ignore[arg-type]
+        trees=trees,
+        n_features=int(model.n_features_in_),
+        n_outputs=n_out,
+        base_score=np.asarray(base, dtype=np.float64).reshape(n_out),
+        post_transform=post,  # type: ignore[arg-type]
+        classes=classes,
+        objective=str(loss),
+        predict_returns="label" if classes is not None else "value",
+    )
+    if loss == "exponential":
+        forest.sigmoid_alpha = alpha
+    return forest
+
+
+def _average_path_length(n_samples: np.ndarray) -> np.ndarray:
+    """scikit-learn's c(n): the expected path length of an unsuccessful BST search."""
+    n = np.asarray(n_samples, dtype=np.float64)
+    out = np.zeros_like(n)
+    out[n == 2] = 1.0
+    big = n > 2
+    out[big] = 2.0 * (np.log(n[big] - 1.0) + np.euler_gamma) - 2.0 * (n[big] - 1.0) / n[big]
+    return out
+
+
+def _import_isolation_forest(model: Any) -> Forest:
+    trees = []
+    for est, feats in zip(model.estimators_, model.estimators_features_, strict=True):
+        t = est.tree_
+        depth = np.zeros(t.node_count)
+        for node in range(t.node_count):
+            if t.children_left[node] >= 0:
+                depth[t.children_left[node]] = depth[node] + 1
+                depth[t.children_right[node]] = depth[node] + 1
+        path = depth + _average_path_length(t.n_node_samples)
+        trees.append(_convert_tree(t, values=path[:, None], features=np.asarray(feats)))
+    return Forest(
+        framework="sklearn",
+        model_kind="IsolationForest",
+        task="anomaly",
+        trees=trees,
+        n_features=int(model.n_features_in_),
+        n_outputs=1,
+        base_score=np.zeros(1),
+        post_transform="isolation",
+        average=True,
+        objective="isolation",
+        predict_returns="label",
+        isolation_norm=float(_average_path_length(np.array([model.max_samples_]))[0]),
+        isolation_offset=float(model.offset_),
+        classes=np.array([-1, 1]),
+    )
+
+
+def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ == "IsolationForest":  # it accepts inf: read leaves as it does
+        pairs = zip(model.estimators_, model.estimators_features_, strict=True)
+        return np.column_stack([e.tree_.apply(np.ascontiguousarray(X[:, f])) for e, f in pairs])
+    leaves = np.asarray(model.apply(X))
+    return leaves.reshape(len(X), -1).astype(np.int64)
+
+
+class SklearnNative(NativeModel):
+    """scikit-learn's predictor; forests predict on the calling thread unless ``n_jobs``
+    says otherwise, HistGradientBoosting on OpenMP threads that follow the process."""
+
+    def one_thread(self) -> NativeModel | None:
+        kind = self.forest.model_kind
+        if kind in _HGB_KINDS:
+            return None
+        if getattr(self.model, "n_jobs", None) in (None, 1):
+            return self
+        clone = copy.deepcopy(self.model)
+        clone.set_params(n_jobs=1)
+        return SklearnNative(clone, self.forest)
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        kind, classifier = self.forest.model_kind, self.forest.task in ("binary", "multiclass")
+        if kind == "IsolationForest" or (kind in _GB_KINDS | _HGB_KINDS and classifier):
+            return self.call("decision_function", X)
+        if kind in _HGB_KINDS:  # regressors: the margin before the link
+            return squeeze(self.call("_raw_predict", X))
+        return self.call("predict_proba" if classifier else "predict", X)
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        if self.forest.model_kind in _HGB_KINDS:
+            raise InputError(f"{self.forest.model_kind} does not report leaves")
+        return _leaves(self.model, np.asarray(native_input(X), dtype=np.float32))
+
+
+class Sklearn(Framework):
+    """Stored with skops; only the types in :data:`SKOPS_TRUSTED` (and skops' own
+    defaults) load without ``trusted=True``."""
+
+    name = "sklearn"
+    distribution = "scikit-learn"
+    artifact = "model.skops"
+    suffixes = (".skops",)
+
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        return load_skops_bytes(path.read_bytes(), what=str(path), trusted=trusted)
+
+    def to_forest(self, model: Any) -> Forest:
+        _require_fitted(model)
+        return import_sklearn(model)
+
+    def dump(self, model: Any) -> bytes:
+        import skops.io as sio
+
+        return _canonical_zip(bytes(sio.dumps(model)))
+
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        model = load_skops_bytes(data, what=f"stored {kind}", trusted=trusted)
+        return model, self.to_forest(model)
+
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        return SklearnNative(model, forest)
+
+
+#: Types a supported tree model's skops file references beyond skops' defaults.
+SKOPS_TRUSTED = frozenset({
+    "sklearn.tree._tree.Tree",
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.utils.validation.check_array",
+    "functools.partial",  # IsolationForest's partial of check_array, listed above
+})  # fmt: skip
+
+
+def load_skops_bytes(data: bytes, *, what: str, trusted: bool = False) -> Any:
+    """A skops payload; a type outside :data:`SKOPS_TRUSTED` needs ``trusted=True``."""
+    import skops.io as sio
+
+    untrusted = sio.get_untrusted_types(data=data)
+    foreign = sorted(set(untrusted) - SKOPS_TRUSTED)
+    if foreign and not trusted:
+        raise UntrustedModelError(
+            f"{what} references types outside the tree models scoring loads: "
+            f"{', '.join(foreign)}; pass trusted=True only if you trust its author"
+        )
+    return sio.loads(data, trusted=untrusted)
+
+
+#: Where skops writes an object's ``id()``: its ``__id__`` and its array file's name.
+_SKOPS_ID = re.compile(r'("__id__": |")(\d+)(\.npy")?')
+
+
+def _canonical_zip(data: bytes) -> bytes:
+    """skops names objects and array files by ``id()`` and stamps each archive member
+    with the current time: number the ids in order of appearance and fix the times and
+    the member order, so that one model always has the same bytes and one sha256."""
+    with zipfile.ZipFile(io.BytesIO(data)) as src:
+        schema = src.read("schema.json").decode("utf-8")
+        numbers: dict[str, str] = {}
+
+        def renumber(match: re.Match[str]) -> str:
+            head, ident, tail = match.groups()
+            if head == '"' and tail is None:  # a quoted number that is no file name
+                return match.group(0)
+            new = numbers.setdefault(ident, str(len(numbers) + 1))
+            return f"{head}{new}{tail or ''}"
+
+        members = {"schema.json": _SKOPS_ID.sub(renumber, schema).encode("utf-8")}
+        for info in src.infolist():
+            name = info.filename
+            if name != "schema.json":
+                stem = name.removesuffix(".npy")
+                members[f"{numbers.get(stem, stem)}.npy"] = src.read(info)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for name in sorted(members):
+            dst.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), members[name],
+                         compress_type=zipfile.ZIP_DEFLATED)  # fmt: skip
+    return out.getvalue()
+
+
+def _require_fitted(model: Any) -> None:
+    from sklearn.utils.validation import check_is_fitted
+
+    with translated("fitted model", f"{type(model).__name__} cannot be scored"):
+        check_is_fitted(model)
+
+
+FRAMEWORK = register(Sklearn())

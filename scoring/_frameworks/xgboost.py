@@ -1,0 +1,288 @@
+"""XGBoost importer, from the model's own JSON serialisation (schema of XGBoost >= 2).
+
+XGBoost reads features as float32 and goes left iff ``x < t`` (t float32): normalised
+here to ``x <= largest float32 below t``.  Missing values (NaN, or the model's
+``missing`` value) take ``default_left``.  A categorical node lists the categories that
+go *right*; every other category, and an invalid one (``c < 0`` before truncation, or
+past the bitset), goes left.  Leaves are summed in float32 in tree order, plus
+``base_score`` converted to margin space by the objective's link.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .._ir import SPLIT_CATEGORICAL, Forest, Tree, largest_float32_below
+from ..errors import UnsupportedModelError
+from ._common import bitset_words, numeric_tree
+from ._protocol import Framework, NativeModel, register
+
+__all__ = ["FRAMEWORK", "import_xgboost"]
+
+_BOOSTER = "xgboost.Booster"
+
+_LOGISTIC = {"binary:logistic", "reg:logistic"}
+_LOG_LINK = {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
+_IDENTITY = {
+    "reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:absoluteerror",
+    "reg:quantileerror", "reg:linear", "binary:logitraw", "binary:hinge",
+    "rank:pairwise", "rank:ndcg", "rank:map",
+}  # fmt: skip
+_MULTI = {"multi:softprob", "multi:softmax"}
+
+
+def import_xgboost(model: Any) -> Forest:
+    """Import an XGBModel (sklearn API) or an ``xgboost.Booster``."""
+    import xgboost
+
+    is_booster = isinstance(model, xgboost.Booster)
+    booster = model if is_booster else model.get_booster()
+    doc = json.loads(bytes(booster.save_raw(raw_format="json")))
+    learner = doc["learner"]
+    objective = learner["objective"]["name"]
+    forest = _forest_from_learner(learner, objective, kind=_kind(model, is_booster))
+    if not is_booster:
+        missing = getattr(model, "missing", np.nan)
+        if missing is not None and not (isinstance(missing, float) and math.isnan(missing)):
+            forest.missing_value = float(missing)
+        _limit_to_best_iteration(forest, learner)
+        if forest.task in ("binary", "multiclass") and hasattr(model, "classes_"):
+            forest.classes = np.asarray(model.classes_)
+            forest.predict_returns = "label"
+    elif objective == "multi:softmax":
+        forest.predict_returns = "class_index"
+    return forest
+
+
+def _kind(model: Any, is_booster: bool) -> str:
+    return _BOOSTER if is_booster else type(model).__name__
+
+
+def _task(objective: str) -> str:
+    if objective in _MULTI:
+        return "multiclass"
+    if objective in _LOGISTIC or objective.startswith("binary:"):
+        return "binary"
+    return "ranking" if objective.startswith("rank:") else "regression"
+
+
+def _post_transform(objective: str) -> str:
+    if objective in _LOGISTIC:
+        return "sigmoid"
+    if objective in _MULTI:
+        return "softmax"
+    if objective in _LOG_LINK:
+        return "exp"
+    if objective in _IDENTITY:
+        return "identity"
+    raise UnsupportedModelError(f"XGBoost objective {objective!r} is not supported")
+
+
+def _base_margin(learner: dict[str, Any], objective: str, n_outputs: int) -> np.ndarray:
+    text = str(learner["learner_model_param"]["base_score"]).strip("[]")
+    values = np.array([float(v) for v in text.split(",")], dtype=np.float32).astype(np.float64)
+    values = np.broadcast_to(values, (n_outputs,)).copy() if values.size == 1 else values
+    if objective in _LOGISTIC:
+        return np.log(values / (1.0 - values)).astype(np.float32).astype(np.float64)
+    if objective in _LOG_LINK:
+        return np.log(values).astype(np.float32).astype(np.float64)
+    return values
+
+
+def _forest_from_learner(learner: dict[str, Any], objective: str, *, kind: str) -> Forest:
+    booster = learner["gradient_booster"]
+    if booster["name"] not in ("gbtree", "dart"):
+        raise UnsupportedModelError(f"XGBoost booster {booster['name']!r} is not supported")
+    model = _gbtree(learner)["model"]
+    params = learner["learner_model_param"]
+    n_outputs = max(int(params.get("num_class", 0)), int(params.get("num_target", 1)), 1)
+    weights = booster.get("weight_drop") if booster["name"] == "dart" else None
+    trees = [
+        _convert_tree(t, group, n_outputs, 1.0 if weights is None else float(weights[i]))
+        for i, (t, group) in enumerate(zip(model["trees"], model["tree_info"], strict=True))
+    ]
+    names = learner.get("feature_names") or None
+    types = learner.get("feature_types") or []
+    forest = Forest(
+        framework="xgboost",
+        model_kind=kind,
+        task=_task(objective),  # type: ignore[arg-type]
+        trees=trees,
+        n_features=int(params["num_feature"]),
+        n_outputs=n_outputs,
+        base_score=_base_margin(learner, objective, n_outputs),
+        post_transform=_post_transform(objective),  # type: ignore[arg-type]
+        feature_names=list(names) if names else None,
+        categorical_features=[i for i, t in enumerate(types) if t == "c"],
+        objective=objective,
+        input_dtype="float32",
+        accumulate_dtype="float32",
+        cat_check_before_trunc=True,
+        # DMatrix refuses inf unless it is the `missing` value (replaced by NaN first).
+        accepts_inf=False,
+    )
+    forest.categories = _stored_categories(model.get("cats"))
+    forest.reject_unknown_categories = bool(forest.categories)
+    return forest
+
+
+def _stored_categories(cats: dict[str, Any] | None) -> dict[int, list[object]]:
+    """Category labels XGBoost >= 3 keeps for data frames, per feature, in code order.
+
+    String categories are stored as UTF-8 bytes cut by ``offsets``; numeric ones as values.
+    """
+    out: dict[int, list[object]] = {}
+    for feature, enc in enumerate((cats or {}).get("enc", [])):
+        values, offsets = enc.get("values", []), enc.get("offsets", [])
+        if offsets:
+            raw = bytes(int(v) for v in values)
+            out[feature] = [raw[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets)]
+        elif values:
+            out[feature] = list(values)
+    return out
+
+
+def _gbtree(learner: dict[str, Any]) -> dict[str, Any]:
+    booster = learner["gradient_booster"]
+    return booster["gbtree"] if booster["name"] == "dart" else booster
+
+
+def _limit_to_best_iteration(forest: Forest, learner: dict[str, Any]) -> None:
+    """The sklearn API predicts with the trees up to ``best_iteration`` (early stopping)."""
+    best = learner.get("attributes", {}).get("best_iteration")
+    if best is None:
+        return
+    model = _gbtree(learner)["model"]
+    indptr = model.get("iteration_indptr")
+    if not indptr:  # before XGBoost 2: trees per iteration from the model parameters
+        per_iter = int(model["gbtree_model_param"].get("num_parallel_tree", 1)) * forest.n_outputs
+        indptr = list(range(0, len(forest.trees) + 1, per_iter))
+    forest.trees = forest.trees[: int(indptr[min(int(best) + 1, len(indptr) - 1)])]
+
+
+def _convert_tree(tree: dict[str, Any], group: int, n_outputs: int, weight: float) -> Tree:
+    if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
+        raise UnsupportedModelError(
+            "XGBoost multi-output trees (multi_strategy='multi_output_tree') are not supported"
+        )
+    left = np.asarray(tree["left_children"], dtype=np.int64)
+    cond = np.asarray(tree["split_conditions"], dtype=np.float32)
+    value = np.zeros((left.size, n_outputs))
+    value[:, group] = (cond * np.float32(weight)).astype(np.float64)
+    out = numeric_tree(
+        feature=np.asarray(tree["split_indices"], dtype=np.int64),
+        threshold=largest_float32_below(cond),
+        left=left,
+        right=np.asarray(tree["right_children"], dtype=np.int64),
+        default_left=np.asarray(tree["default_left"], dtype=bool),
+        value=value,
+    )
+    _add_categorical_splits(out, tree)
+    return out
+
+
+def _add_categorical_splits(out: Tree, tree: dict[str, Any]) -> None:
+    nodes = tree.get("categories_nodes") or []
+    if not nodes:
+        return
+    cats = np.asarray(tree["categories"], dtype=np.int64)
+    out.cat_unknown_left = np.ones(out.n_nodes, dtype=bool)
+    for node, start, size in zip(
+        nodes, tree["categories_segments"], tree["categories_sizes"], strict=True
+    ):
+        right = cats[int(start) : int(start) + int(size)]
+        n_words = int(right.max()) // 32 + 1 if right.size else 1
+        known = np.full(n_words, 0xFFFFFFFF, dtype=np.uint32)
+        out.split_kind[node] = SPLIT_CATEGORICAL
+        out.cat_left[int(node)] = ~bitset_words(right.tolist(), n_words) & known
+        out.cat_known[int(node)] = known
+
+
+class XGBoostNative(NativeModel):
+    """XGBoost's predictor: a Booster takes a DMatrix, the wrappers numpy or pandas."""
+
+    def one_thread(self) -> NativeModel | None:
+        if not self.sklearn_api:
+            booster = self.model.copy()
+            booster.set_param("nthread", 1)
+            return XGBoostNative(booster, self.forest)
+        clone = copy.deepcopy(self.model)
+        clone.set_params(n_jobs=1)
+        return XGBoostNative(clone, self.forest)
+
+    def prepare(self, X: Any) -> Any:
+        if self.sklearn_api:
+            return X
+        import xgboost
+
+        if isinstance(X, pd.DataFrame):
+            return xgboost.DMatrix(X, enable_categorical=True)
+        return xgboost.DMatrix(
+            X,
+            feature_names=self.model.feature_names,
+            feature_types=self.model.feature_types,
+            enable_categorical=bool(self.forest.categorical_features),
+        )
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        return self.call("predict", X, output_margin=True)
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        if self.sklearn_api:
+            return self.call("apply", X).astype(np.int64)
+        return self.call("predict", X, pred_leaf=True).astype(np.int64)
+
+
+class XGBoost(Framework):
+    name = "xgboost"
+    distribution = "xgboost"
+    artifact = "model.ubj"
+    suffixes = (".json", ".ubj")
+
+    def load_file(self, path: Path, *, trusted: bool) -> Any:
+        import xgboost
+
+        return xgboost.Booster(model_file=str(path))
+
+    def to_forest(self, model: Any) -> Forest:
+        return import_xgboost(model)
+
+    def dump(self, model: Any) -> bytes:
+        import xgboost
+
+        if isinstance(model, xgboost.Booster):
+            return bytes(model.save_raw(raw_format="ubj"))
+        with tempfile.TemporaryDirectory() as tmp:  # the wrappers only save to a file
+            path = Path(tmp) / "model.ubj"
+            model.save_model(path)
+            return path.read_bytes()
+
+    def restore(
+        self, data: bytes, *, kind: str, classes: list[Any] | None, trusted: bool
+    ) -> tuple[Any, Forest]:
+        import xgboost
+
+        if kind == _BOOSTER:
+            model = xgboost.Booster(model_file=bytearray(data))
+        else:
+            wrapper = getattr(xgboost, kind, None)
+            if wrapper is None:
+                raise UnsupportedModelError(f"xgboost has no model class {kind!r}")
+            model = wrapper()
+            model.load_model(bytearray(data))
+        return model, import_xgboost(model)
+
+    def native(self, model: Any, forest: Forest) -> NativeModel:
+        return XGBoostNative(model, forest)
+
+
+FRAMEWORK = register(XGBoost())

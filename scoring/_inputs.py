@@ -1,0 +1,286 @@
+"""Rows to score (numpy, pandas, pyarrow, torch) -> one float matrix in model feature order.
+
+Named inputs are matched by feature name when the model recorded names; categorical
+columns are mapped with the model's own categories (unknown -> missing); nulls become
+NaN.  Values the native predictor refuses (NaN, inf) are refused here with the column
+and count, rather than scored silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from ._ir import Forest
+from .errors import (
+    FeatureCountError,
+    InputError,
+    InvalidValueError,
+    MissingColumnError,
+    NonNumericColumnError,
+)
+
+__all__ = ["prepare", "feature_names", "select_columns"]
+
+_AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+Matrix = np.ndarray | torch.Tensor
+
+
+def feature_names(forest: Forest) -> list[str] | None:
+    """The model's real feature names, or None when it was trained on unnamed data."""
+    names = forest.feature_names
+    if not names or all(_AUTO_NAME.match(n) for n in names):
+        return None
+    return names
+
+
+def prepare(X: Any, forest: Forest) -> Matrix:
+    """Validated float matrix ``[rows, n_features]``: numpy, or torch for torch input."""
+    if isinstance(X, torch.Tensor):
+        mat: Matrix = _from_torch(X, forest)
+    elif isinstance(X, pd.DataFrame):
+        mat = _from_columns(_pandas_columns(X, forest), forest)
+    elif isinstance(X, (pa.Table, pa.RecordBatch)):
+        mat = _from_columns(_arrow_columns(X, forest), forest)
+    else:
+        mat = _from_numpy(X, forest)
+    if forest.missing_value is not None:
+        mat[mat == forest.missing_value] = float("nan")
+    _check_values(mat, forest, _input_labels(X, forest))
+    return mat
+
+
+def _input_labels(X: Any, forest: Forest) -> list[str]:
+    """What to call feature j in errors: the model's name, else the input's column."""
+    if feature_names(forest) is None and isinstance(X, pd.DataFrame):
+        return [str(c) for c in X.columns]
+    if feature_names(forest) is None and isinstance(X, (pa.Table, pa.RecordBatch)):
+        return list(X.schema.names)
+    return _labels(forest)
+
+
+def _labels(forest: Forest) -> list[str]:
+    return feature_names(forest) or [f"column {i}" for i in range(forest.n_features)]
+
+
+def _check_count(n_columns: int, forest: Forest) -> None:
+    if n_columns != forest.n_features:
+        raise FeatureCountError(
+            f"input has {n_columns} feature columns but {forest.model_kind} was trained on "
+            f"{forest.n_features}"
+        )
+
+
+def select_columns(columns: Sequence[str], forest: Forest) -> list[int | str]:
+    """The input columns holding the model's features, by name (or all, by position)."""
+    names = feature_names(forest)
+    if names is None:
+        _check_count(len(columns), forest)
+        return list(range(len(columns)))
+    missing = [n for n in names if n not in set(columns)]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise MissingColumnError(
+            f"input is missing feature column(s) {shown}{more} that {forest.model_kind} needs"
+        )
+    return list(names)
+
+
+# -- numpy and torch ------------------------------------------------------------------
+
+
+def _from_numpy(X: Any, forest: Forest) -> np.ndarray:
+    arr = np.asarray(X)
+    if arr.ndim != 2:
+        raise InputError(f"expected a 2-D array of rows, got {arr.ndim} dimension(s)")
+    _check_count(arr.shape[1], forest)
+    if arr.dtype.kind not in "fiub":
+        for j in range(arr.shape[1]):
+            _column_as_float(arr[:, j], j, forest)  # raises naming the first bad column
+    target = _target_dtype([arr.dtype], forest)
+    out: np.ndarray = arr.astype(target, copy=True)
+    for j in forest.categories if forest.recode_categories else ():
+        out[:, j] = _recode_numeric(arr[:, j].astype(np.float64), forest.categories[j])
+    return out
+
+
+def _from_torch(X: torch.Tensor, forest: Forest) -> torch.Tensor:
+    if X.ndim != 2:
+        raise InputError(f"expected a 2-D tensor of rows, got {X.ndim} dimension(s)")
+    _check_count(X.shape[1], forest)
+    keep64 = X.dtype == torch.float64 and forest.input_dtype == "float64"
+    out = X.to(torch.float64 if keep64 else torch.float32).clone()
+    if forest.recode_categories and forest.categories:
+        host = out.cpu().numpy()
+        for j in forest.categories:
+            host[:, j] = _recode_numeric(host[:, j].astype(np.float64), forest.categories[j])
+        out = torch.from_numpy(host).to(X.device)
+    return out
+
+
+# -- named columns (pandas, pyarrow) ----------------------------------------------------
+
+
+def _pandas_columns(df: pd.DataFrame, forest: Forest) -> list[np.ndarray]:
+    keys = select_columns([str(c) for c in df.columns], forest)
+    by_name = {str(c): c for c in df.columns}
+    cols = []
+    for j, key in enumerate(keys):
+        series = df[by_name[key]] if isinstance(key, str) else df.iloc[:, key]
+        cols.append(_series_as_float(series, j, forest))
+    return cols
+
+
+def _series_as_float(series: pd.Series, j: int, forest: Forest) -> np.ndarray:
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        labels = forest.categories.get(j)
+        if labels is not None and forest.reject_unknown_categories:
+            _refuse_unknown(series.dropna().unique(), labels, j, forest)
+        if labels is not None:
+            series = series.cat.set_categories(labels)
+        codes = series.cat.codes.to_numpy().astype(np.float64)
+        codes[codes < 0] = np.nan  # missing and unseen categories
+        return codes
+    if series.dtype.kind in "fiub":
+        return _maybe_recode(series.to_numpy(), j, forest)
+    try:
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError):
+        return _column_as_float(series.to_numpy(dtype=object), j, forest)
+    return _maybe_recode(values, j, forest)
+
+
+def _arrow_columns(table: pa.Table | pa.RecordBatch, forest: Forest) -> list[np.ndarray]:
+    keys = select_columns(table.schema.names, forest)
+    cols = []
+    for j, key in enumerate(keys):
+        col = table.column(key)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if pa.types.is_dictionary(col.type) and j in forest.categories:
+            cols.append(_series_as_float(pd.Series(col.to_pandas()), j, forest))
+            continue  # labels -> the model's codes, as for pandas categories
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            cols.append(_column_as_float(col.to_numpy(zero_copy_only=False), j, forest))
+            continue
+        try:
+            target = pa.float32() if pa.types.is_float32(col.type) else pa.float64()
+            floats = pc.cast(col, target).fill_null(float("nan"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise _non_numeric(j, str(col.type), forest) from None
+        cols.append(_maybe_recode(floats.to_numpy(zero_copy_only=False), j, forest))
+    return cols
+
+
+def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
+    if not cols:
+        raise FeatureCountError(f"input has no feature columns; {forest.model_kind} needs some")
+    target = _target_dtype([c.dtype for c in cols], forest)
+    return np.column_stack([c.astype(target, copy=False) for c in cols])
+
+
+def _column_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
+    """Object/string column: category labels of a categorical feature, else numbers."""
+    labels = forest.categories.get(j)
+    if labels is not None:
+        if forest.reject_unknown_categories:
+            _refuse_unknown(pd.unique(values[pd.notna(values)]), labels, j, forest)
+        index = {label: code for code, label in enumerate(labels)}
+        return np.array([index.get(v, np.nan) for v in values], dtype=np.float64)
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _non_numeric(j, str(values.dtype), forest) from None
+
+
+def _refuse_unknown(values: Any, labels: list[object], j: int, forest: Forest) -> None:
+    known = set(labels)
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise InputError(
+            f"feature column {_labels(forest)[j]!r} holds categories {unknown[:5]!r} that "
+            f"{forest.model_kind} never saw in training (it refuses them, as XGBoost does)"
+        )
+
+
+def _non_numeric(j: int, dtype: str, forest: Forest) -> NonNumericColumnError:
+    return NonNumericColumnError(
+        f"feature column {_labels(forest)[j]!r} has non-numeric type {dtype}; "
+        f"{forest.model_kind} needs numbers (or categories it was trained with)"
+    )
+
+
+def _maybe_recode(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
+    if forest.recode_categories and j in forest.categories:
+        return _recode_numeric(values.astype(np.float64), forest.categories[j])
+    return values
+
+
+def _recode_numeric(values: np.ndarray, labels: list[object]) -> np.ndarray:
+    """Raw category values -> codes by exact match, unknown -> NaN (HGB's encoder)."""
+    index = {float(v): code for code, v in enumerate(labels) if isinstance(v, (int, float))}
+    return np.array([index.get(float(v), np.nan) for v in values], dtype=np.float64)
+
+
+def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
+    """float32 when the native predictor reads float32 or the input is all float32."""
+    if forest.input_dtype == "float32" or all(d == np.float32 for d in dtypes):
+        return np.float32
+    return np.float64
+
+
+# -- the values the native predictor refuses -----------------------------------------
+
+
+def _check_values(mat: Matrix, forest: Forest, labels: list[str]) -> None:
+    if forest.accepts_nan and forest.accepts_inf:
+        return
+    checks = []
+    if not forest.accepts_nan:
+        checks.append(("NaN (missing)", _isnan(mat), "does not accept missing values"))
+    if not forest.accepts_inf:
+        checks.append(("infinite or too large", _too_large(mat, forest), "does not accept inf"))
+    for what, bad, reason in checks:
+        if not bool(bad.any()):  # the common case: one pass, no per-column counts
+            continue
+        counts = bad.sum(0)
+        cols = [j for j in range(forest.n_features) if int(counts[j]) > 0]
+        j = cols[0]
+        raise InvalidValueError(
+            f"feature column {labels[j]!r} has {int(counts[j])} {what} value(s) "
+            f"({len(cols)} column(s) affected); {forest.model_kind} {reason}: "
+            "clean or impute them before scoring"
+        )
+
+
+def _too_large(mat: Matrix, forest: Forest) -> Any:
+    """inf, and for float32 readers the finite float64 values past float32's range (they
+    would become inf); a float32 matrix holds none of those."""
+    single = torch.float32 if isinstance(mat, torch.Tensor) else np.float32
+    if forest.input_dtype != "float32" or mat.dtype == single:
+        return _isinf(mat)
+    return _absolute(mat) > _FLOAT32_MAX
+
+
+def _isnan(mat: Matrix) -> Any:
+    return torch.isnan(mat) if isinstance(mat, torch.Tensor) else np.isnan(mat)
+
+
+def _isinf(mat: Matrix) -> Any:
+    return torch.isinf(mat) if isinstance(mat, torch.Tensor) else np.isinf(mat)
+
+
+def _absolute(mat: Matrix) -> Any:
+    return mat.abs() if isinstance(mat, torch.Tensor) else np.abs(mat)

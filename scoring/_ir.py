@@ -1,0 +1,163 @@
+"""Forest IR: the plain-array form every importer produces and every compiler reads.
+
+Framework semantics are made explicit here so that the compilers need no knowledge
+of XGBoost, LightGBM or scikit-learn:
+
+* Numeric test: go left iff ``x <= threshold``, with ``x`` read at the precision the
+  native predictor uses (:attr:`Forest.input_dtype`).  Strict ``<`` tests (XGBoost) are
+  normalised at import to the largest float32 below the threshold.
+* Inputs: with :attr:`Forest.zero_snap` (LightGBM) ``|x| <= 1e-35`` is read as 0.0.
+* Missing: NaN (and, for LightGBM's Zero missing type, ``|x| <= 1e-35``) takes
+  :attr:`Tree.default_left`.  LightGBM's None type (NaN read as 0.0) is folded in.
+* Categorical: ``c`` is truncated to an integer; if it is a valid category
+  (``0 <= c < 32 * words`` and in the known bitset) it goes left iff its bit is set in
+  the left bitset; otherwise it takes :attr:`Tree.cat_unknown_left`.
+* Leaves carry a value vector of length :attr:`Forest.n_outputs`; the model output is
+  ``base_score + sum(leaf values)`` (divided by the tree count when ``average``),
+  accumulated at :attr:`Forest.accumulate_dtype`, then :attr:`Forest.post_transform`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "Forest",
+    "PostTransform",
+    "Task",
+    "Tree",
+    "ZERO_THRESHOLD",
+    "largest_float32_at_most",
+    "largest_float32_below",
+]
+
+#: LightGBM's kZeroThreshold, a float32 1e-35 read as double: a value this close to zero
+#: counts as zero (and its dense-row reader turns it into exactly 0.0).
+ZERO_THRESHOLD = float(np.float32(1e-35))
+
+PostTransform = Literal[
+    "identity", "sigmoid", "softmax", "exp", "ova_sigmoid", "isolation", "square"
+]
+Task = Literal["binary", "multiclass", "regression", "ranking", "anomaly"]
+
+SPLIT_NUMERIC = 0
+SPLIT_CATEGORICAL = 1
+
+
+@dataclass
+class Tree:
+    """One decision tree as parallel node arrays (node 0 is the root).
+
+    Leaves have ``feature == -1`` and ``left == right == -1``.
+    """
+
+    feature: np.ndarray  # int32 [n_nodes]
+    threshold: np.ndarray  # float64 [n_nodes]: go left iff x <= threshold
+    left: np.ndarray  # int32 [n_nodes]
+    right: np.ndarray  # int32 [n_nodes]
+    default_left: np.ndarray  # bool [n_nodes]: where NaN (missing) goes
+    split_kind: np.ndarray  # int8 [n_nodes]: SPLIT_NUMERIC or SPLIT_CATEGORICAL
+    value: np.ndarray  # float64 [n_nodes, n_outputs]: leaf values (0 at inner nodes)
+    leaf_id: np.ndarray  # int64 [n_nodes]: the native predictor's id for each leaf
+    missing_zero: np.ndarray | None = None  # bool [n_nodes]: |x| <= 1e-35 is missing
+    cat_left: dict[int, np.ndarray] = field(default_factory=dict)  # node -> uint32 words
+    cat_known: dict[int, np.ndarray] = field(default_factory=dict)  # node -> uint32 words
+    cat_unknown_left: np.ndarray | None = None  # bool [n_nodes]
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.feature.shape[0])
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        return np.asarray(self.left < 0)
+
+    def depth(self) -> int:
+        """Edges on the longest root-to-leaf path."""
+        depth = np.zeros(self.n_nodes, dtype=np.int64)
+        for node in range(self.n_nodes):  # parents precede children in every importer
+            if self.left[node] >= 0:
+                depth[self.left[node]] = depth[node] + 1
+                depth[self.right[node]] = depth[node] + 1
+        return int(depth.max())
+
+
+@dataclass
+class Forest:
+    """A whole tree ensemble with its framework's semantics made explicit."""
+
+    framework: str  # the name of its module in scoring._frameworks
+    model_kind: str  # e.g. "XGBClassifier", "lightgbm.Booster", "RandomForestRegressor"
+    task: Task
+    trees: list[Tree]
+    n_features: int
+    n_outputs: int
+    base_score: np.ndarray  # float64 [n_outputs], added in margin space
+    post_transform: PostTransform = "identity"
+    sigmoid_alpha: float = 1.0
+    average: bool = False
+    feature_names: list[str] | None = None
+    categorical_features: list[int] = field(default_factory=list)
+    #: Per categorical feature: the category labels in code order, when the model knows.
+    categories: dict[int, list[object]] = field(default_factory=dict)
+    #: Numeric inputs are raw category values to recode to codes by exact match, as
+    #: scikit-learn's HGB OrdinalEncoder does (unknown -> missing); else they are codes.
+    recode_categories: bool = False
+    #: A named input holding a category label the model never saw is refused (XGBoost 3).
+    reject_unknown_categories: bool = False
+    classes: np.ndarray | None = None
+    objective: str = ""
+    #: Precision at which the native predictor compares features against thresholds.
+    input_dtype: Literal["float32", "float64"] = "float32"
+    accumulate_dtype: Literal["float32", "float64"] = "float64"
+    missing_value: float | None = None  # a value read as missing besides NaN
+    #: LightGBM: inputs with |x| <= ZERO_THRESHOLD become 0.0 before any tree sees them.
+    zero_snap: bool = False
+    accepts_nan: bool = True
+    accepts_inf: bool = True
+    #: XGBoost calls a category invalid when c < 0 before truncation, LightGBM after.
+    cat_check_before_trunc: bool = False
+    #: Predict of a classifier returns class labels; a Booster returns transformed values.
+    predict_returns: Literal["label", "value", "class_index"] = "value"
+    #: IsolationForest: decision_function = -2 ** (-mean_path / norm) - offset.
+    isolation_norm: float = 1.0
+    isolation_offset: float = 0.0
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.trees)
+
+    @property
+    def max_depth(self) -> int:
+        return max((t.depth() for t in self.trees), default=0)
+
+    @property
+    def has_categorical(self) -> bool:
+        return any(t.cat_left for t in self.trees)
+
+    @property
+    def has_missing_zero(self) -> bool:
+        return any(t.missing_zero is not None and t.missing_zero.any() for t in self.trees)
+
+
+def largest_float32_at_most(t: np.ndarray) -> np.ndarray:
+    """The largest float32 ``<= t`` (as float64), so ``x32 <= t  <=>  x32 <= result``.
+
+    Rounding ``t`` to the nearest float32 instead would send a value lying between the
+    two to the wrong branch.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        t32 = t.astype(np.float32)
+    above = t32.astype(np.float64) > t
+    t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
+    return t32.astype(np.float64)
+
+
+def largest_float32_below(t: np.ndarray) -> np.ndarray:
+    """For a strict float32 test ``x < t``: the largest float32 strictly below ``t``."""
+    t32 = np.asarray(t, dtype=np.float32)
+    return np.nextafter(t32, np.float32(-np.inf)).astype(np.float64)

@@ -1,0 +1,205 @@
+"""``scoring.compile``: a fitted model, model file or Bundle -> a :class:`CompiledModel`.
+
+The backend is picked, checked and recorded here:
+
+* ``tensor``: our compiler (the default on CUDA);
+* ``native``: the framework's own predictor (the reference, often fastest on CPU);
+* ``hummingbird``: hummingbird-ml, verified against native unless ``verify=False``;
+* ``auto``: tensor on CUDA; on CPU whichever of tensor and native scores a probe batch
+  faster, with both timings kept in :attr:`CompiledModel.selection`.
+
+Every compiled model knows the sha256 of its canonical bytes (:attr:`CompiledModel.sha256`),
+whatever form it came in: that is what jobs, caches and reports are keyed by.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._backends import Backend
+from ._backends.hummingbird import HummingbirdBackend
+from ._backends.native import NativeBackend
+from ._backends.tensor import TensorBackend
+from ._bundle import Bundle, sha256_hex
+from ._frameworks import dump_model, import_model, load_model_file
+from ._inputs import prepare
+from ._ir import Forest
+from ._parity import probe_rows
+from .errors import CompileError
+
+__all__ = ["BACKENDS", "CompiledModel", "compile_imported", "compile_model", "resolve_device"]
+
+BACKENDS = ("auto", "tensor", "hummingbird", "native")
+
+
+@dataclass
+class CompiledModel:
+    """A model ready to score: ``predict``, ``predict_proba``, ``predict_raw``.
+
+    Inputs may be numpy arrays, pandas DataFrames (matched by feature name when the
+    model has names), pyarrow Tables/RecordBatches, or torch tensors on any device.
+    ``implementation`` is the backend object (:class:`scoring._backends.Backend`).
+    """
+
+    forest: Forest
+    implementation: Backend = field(repr=False)
+    selection: dict[str, float] = field(default_factory=dict)
+    #: Where the model came from: name and version when it came from a registry or a
+    #: Bundle, and the sha256 of its canonical bytes (computed on first use otherwise).
+    origin: dict[str, Any] = field(default_factory=dict)
+    _source: Any = field(default=None, repr=False)
+
+    @property
+    def backend(self) -> str:
+        return self.implementation.name
+
+    @property
+    def device(self) -> torch.device:
+        return self.implementation.device
+
+    @property
+    def strategy(self) -> str | None:
+        return self.implementation.strategy
+
+    @property
+    def strategy_reason(self) -> str:
+        return self.implementation.strategy_reason
+
+    @property
+    def framework(self) -> str:
+        return self.forest.framework
+
+    @property
+    def model_kind(self) -> str:
+        return self.forest.model_kind
+
+    @property
+    def sha256(self) -> str:
+        """The sha256 of the model's canonical bytes (what the registry would store)."""
+        if "sha256" not in self.origin:
+            if self._source is None:
+                raise CompileError("this compiled model has no source model to identify it by")
+            self.origin["sha256"] = sha256_hex(dump_model(self._source))
+        return str(self.origin["sha256"])
+
+    @property
+    def ref(self) -> str:
+        """``name@version`` for registered models, else the model kind."""
+        if "name" in self.origin:
+            return f"{self.origin['name']}@{self.origin['version']}"
+        return self.forest.model_kind
+
+    def _input(self, X: Any) -> Any:
+        mat = prepare(X, self.forest)  # typed errors for anything native would refuse
+        return X if self.backend == "native" else mat
+
+    def predict(self, X: Any) -> np.ndarray:
+        """What the native model's ``predict`` returns (class labels or values)."""
+        return self.implementation.predict(self._input(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities ``[rows, n_classes]``, as scikit-learn returns them."""
+        return self.implementation.predict_proba(self._input(X))
+
+    def predict_raw(self, X: Any) -> np.ndarray:
+        """Raw margins before the link function (IsolationForest: decision_function)."""
+        return self.implementation.predict_raw(self._input(X))
+
+    def predict_leaf(self, X: Any) -> np.ndarray:
+        """The native predictor's leaf id for every row and tree, ``[rows, n_trees]``."""
+        return self.implementation.predict_leaf(self._input(X))
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise CompileError(
+            f"unknown device {device!r}: expected auto, cpu, cuda or cuda:N"
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CompileError(f"device {device!r} requested but no CUDA device is available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise CompileError(
+                f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s)"
+            )
+    elif dev.type != "cpu":
+        raise CompileError(f"device {device!r} is not supported: expected cpu or cuda")
+    return dev
+
+
+def compile_model(
+    model: Any,
+    backend: str = "auto",
+    device: str | torch.device = "auto",
+    strategy: str = "auto",
+    *,
+    verify: bool = True,
+    trusted: bool = False,
+    batch_size: int | None = None,
+) -> CompiledModel:
+    """Compile a fitted scikit-learn/XGBoost/LightGBM model, a model file or a Bundle."""
+    origin: dict[str, Any] = {}
+    if isinstance(model, Bundle):
+        origin = {k: model.manifest[k] for k in ("name", "version", "sha256")}
+        if origin["version"] == 0:  # an unregistered model: identified by its bytes only
+            origin = {"sha256": origin["sha256"]}
+        model, forest = model.restore(trusted=trusted)
+    else:
+        if isinstance(model, (str, os.PathLike)):
+            model = load_model_file(model, trusted=trusted)
+        forest = import_model(model)
+    cm = compile_imported(model, forest, backend=backend, device=device, strategy=strategy,
+                          verify=verify, batch_size=batch_size)  # fmt: skip
+    cm.origin = origin
+    return cm
+
+
+def compile_imported(
+    model: Any,
+    forest: Forest,
+    *,
+    backend: str = "auto",
+    device: str | torch.device = "auto",
+    strategy: str = "auto",
+    verify: bool = True,
+    batch_size: int | None = None,
+) -> CompiledModel:
+    """Compile a model already imported into ``forest``."""
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    dev = resolve_device(device)
+    impl: Backend
+    timings: dict[str, float] = {}
+    if backend == "native":
+        impl = NativeBackend(model, forest)
+    elif backend == "hummingbird":
+        impl = HummingbirdBackend(model, forest, device=dev, strategy=strategy, verify=verify)
+    else:
+        impl = TensorBackend(forest, device=dev, strategy=strategy, batch_size=batch_size)
+        if backend == "auto" and dev.type == "cpu":
+            impl, timings = _fastest_on_cpu(forest, [impl, NativeBackend(model, forest)])
+    return CompiledModel(forest=forest, implementation=impl, selection=timings, _source=model)
+
+
+def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:
+    """Time each on the same probe rows (after a warm-up) and keep the fastest."""
+    rows = probe_rows(forest, n_rows=4096, special=False)
+    rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
+    timings = {}
+    for impl in candidates:
+        impl.predict_raw(rows[:64])
+        start = time.perf_counter()
+        impl.predict_raw(rows)
+        timings[impl.name] = time.perf_counter() - start
+    best = min(candidates, key=lambda impl: timings[impl.name])
+    return best, timings

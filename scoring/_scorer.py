@@ -1,0 +1,143 @@
+"""The Scorer: Arrow record batches in, output columns out, one model pass per batch.
+
+Columns are matched to the model's features by name (models trained on unnamed data
+read the columns that are not kept, in order, or else ``f0``, ``f1``, ... when the input
+has them all); ints, bools, decimals become floats, nulls become NaN (missing), and
+categorical features (dictionary, string or category columns) are mapped with the
+model's own categories.  The rows are validated once here, then handed to the model's
+backend through :class:`scoring._backends.Backend` (device transfers and out-of-memory
+retries are the backend's); the output columns follow the model's
+:class:`~scoring._outputs.OutputLayout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._backends import Backend
+from ._inputs import feature_names, prepare, select_columns
+from ._model import CompiledModel
+from ._outputs import OutputLayout
+from .errors import FeatureCountError, InputError, NonNumericColumnError
+
+__all__ = ["Scorer"]
+
+
+class Scorer:
+    """Scores Arrow batches with a compiled model; see the module docstring."""
+
+    def __init__(
+        self,
+        model: CompiledModel,
+        *,
+        keep: Sequence[str] = (),
+        outputs: str = "default",
+        ignore: Sequence[str] = (),
+    ):
+        self.model = model
+        self.forest = model.forest
+        self.keep = list(keep)
+        self.ignore = set(ignore)  # never features of an unnamed model (partition keys)
+        self.layout = OutputLayout.of(self.forest, outputs)
+        self.names = feature_names(self.forest)
+        self.output_names = list(self.layout.names)
+        clash = sorted(set(self.keep) & set(self.output_names))
+        if clash:
+            raise InputError(
+                f"kept column(s) {clash} would collide with the output columns; rename them"
+            )
+        self.backend: Backend = model.implementation
+        self._selected: dict[tuple[str, ...], list[str]] = {}
+
+    @property
+    def batch_rows(self) -> int:
+        return self.backend.batch_rows
+
+    def allow_parallel_calls(self, cpus: int) -> int:
+        """How many ``score`` calls may run side by side on ``cpus`` CPUs (the caller's
+        promise).  Past one, the backend runs on one thread per call: one call spread
+        over every core waits at each batch for its slowest thread, and on a busy
+        machine that is the one sharing a core with the reader or writer."""
+        parallel = self.backend.for_parallel_calls() if cpus >= 2 else None
+        if parallel is None:
+            return 1
+        self.backend = parallel
+        return cpus
+
+    # -- schema --------------------------------------------------------------------
+
+    @property
+    def label_columns(self) -> list[str]:
+        """Named features that were pandas categories in training: a Parquet column holds
+        their labels (pandas writes non-string categories as plain values)."""
+        if self.forest.recode_categories or not self.names:
+            return []  # raw values are recoded by prepare() already
+        return [self.names[j] for j in self.forest.categories]
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Refuse, before anything is written, a schema the model cannot read."""
+        missing = [k for k in self.keep if k not in schema.names]
+        if missing:
+            raise InputError(f"kept column(s) {missing} are not in the input")
+        for j, name in enumerate(self.feature_columns(schema.names)):
+            typ = schema.field(name).type
+            if pa.types.is_dictionary(typ):
+                typ = typ.value_type
+            numeric = (
+                pa.types.is_integer(typ) or pa.types.is_floating(typ)
+                or pa.types.is_boolean(typ) or pa.types.is_decimal(typ) or pa.types.is_null(typ)
+            )  # fmt: skip
+            textual = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+            if not numeric and not (textual and j in self.forest.categories):
+                raise NonNumericColumnError(
+                    f"feature column {name!r} has non-numeric type {typ}; "
+                    f"{self.forest.model_kind} needs numbers (or categories it was trained with)"
+                )
+
+    def feature_columns(self, columns: Sequence[str]) -> list[str]:
+        """The input columns the model reads, in feature order."""
+        key = tuple(columns)
+        if key not in self._selected:
+            self._selected[key] = self._select(columns)
+        return self._selected[key]
+
+    def _select(self, columns: Sequence[str]) -> list[str]:
+        if self.names is not None:
+            return [str(c) for c in select_columns(columns, self.forest)]
+        features = [c for c in columns if c not in set(self.keep) | self.ignore]
+        generic = [f"f{i}" for i in range(self.forest.n_features)]
+        if len(features) != self.forest.n_features and set(generic) <= set(columns):
+            return generic  # the names XGBoost gives unnamed features, all present
+        if len(features) != self.forest.n_features:
+            raise FeatureCountError(
+                f"{self.forest.model_kind} has no feature names, so it reads every input "
+                f"column that is not kept or a partition key: found {len(features)} "
+                f"({', '.join(features[:8])}), it needs {self.forest.n_features}; "
+                "keep the extra columns or drop them"
+            )
+        return features
+
+    # -- scoring -------------------------------------------------------------------
+
+    def score(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+        """Kept columns, then the output columns, for every row of ``batch``."""
+        features = _as_labels(batch.select(self.feature_columns(batch.schema.names)), self)
+        mat = prepare(features, self.forest)  # typed errors for anything native refuses
+        values, raw = self.backend.score(features, mat, raw=self.layout.raw)
+        columns = [batch.column(k) for k in self.keep]
+        columns += self.layout.arrays(values, raw, self.forest)
+        return pa.Table.from_arrays(columns, names=self.keep + self.output_names)
+
+
+def _as_labels(features: pa.RecordBatch | pa.Table, scorer: Scorer) -> pa.Table:
+    """Numeric columns of label-carrying categorical features, as dictionaries."""
+    table = pa.Table.from_batches([features]) if isinstance(features, pa.RecordBatch) else features
+    for name in scorer.label_columns:
+        i = table.schema.get_field_index(name)
+        col = table.column(i)
+        if not (pa.types.is_dictionary(col.type) or pa.types.is_string(col.type)):
+            table = table.set_column(i, name, pc.dictionary_encode(col))
+    return table

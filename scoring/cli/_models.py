@@ -1,0 +1,126 @@
+"""``scoring models register|list|show|alias|verify``: the registry from the shell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .._catalog import Registry
+from .._parity import Verification
+from .._registry import ModelVersion
+from ._common import REGISTRY_OPTION, fail, reported
+
+__all__ = ["models_app"]
+
+models_app = typer.Typer(no_args_is_help=True, help="Register, list, promote and verify models.")
+
+
+def _describe(mv: ModelVersion, check: Verification) -> str:
+    state = "passed" if check.passed else "FAILED"
+    return (
+        f"{mv.ref} verification on {check.device_type}: {state} ({check.rows} rows, max error "
+        f"{check.max_error:.2g}, label mismatches {check.label_mismatches}, strategies "
+        f"{', '.join(check.strategies)})"
+    )
+
+
+def _parse_tags(pairs: list[str]) -> dict[str, str]:
+    tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail("models register", f"--tag {pair!r} is not KEY=VALUE", code=2)
+        tags[key] = value
+    return tags
+
+
+@models_app.command()
+def register(
+    path: Path = typer.Argument(..., help="model file: .json/.ubj, .txt, .skops (or a pickle)"),
+    name: str = typer.Option(..., "--name", help="model name"),
+    sample: Path | None = typer.Option(None, help="Parquet file of sample rows to verify on"),
+    tag: list[str] = typer.Option([], help="KEY=VALUE, repeatable"),
+    description: str = typer.Option("", help="free text kept with the version"),
+    trusted: bool = typer.Option(False, help="allow a pickle file (runs its code on load)"),
+    registry: str | None = REGISTRY_OPTION,
+) -> None:
+    """Import, store and verify a model file; prints NAME@VERSION."""
+    tags = _parse_tags(tag)
+    with reported("models register"):
+        mv = Registry(registry).register(
+            name, path, sample=sample, tags=tags, description=description, trusted=trusted
+        )
+    for check in mv.verification.values():
+        Console(stderr=True).print(_describe(mv, check))
+    print(mv.ref)
+
+
+@models_app.command("list")
+def list_models(registry: str | None = REGISTRY_OPTION) -> None:
+    """Every model with its latest version, aliases and verification."""
+    with reported("models list"):
+        reg = Registry(registry)
+        latest = reg.list()
+        aliases = {mv.name: _aliases(reg, mv.name) for mv in latest}
+    table = Table(title=f"models in {reg.uri}")
+    for col in ("name", "latest", "aliases", "framework", "kind", "verified", "created"):
+        table.add_column(col)
+    for mv in latest:
+        table.add_row(
+            mv.name,
+            str(mv.version),
+            aliases[mv.name],
+            mv.schema.framework,
+            mv.schema.model_kind,
+            "yes" if mv.verified else "NO",
+            f"{mv.created_at:%Y-%m-%d %H:%M}",
+        )
+    Console().print(table)
+
+
+def _aliases(reg: Registry, name: str) -> str:
+    pairs = [f"{a}->{mv.version}" for mv in reg.versions(name) for a in mv.aliases]
+    return ", ".join(pairs) or "-"
+
+
+@models_app.command()
+def show(
+    ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
+    registry: str | None = REGISTRY_OPTION,
+) -> None:
+    """Everything recorded about one version, as JSON."""
+    with reported("models show"):
+        mv = Registry(registry).get(ref)
+    print(json.dumps(mv.to_dict(), indent=2))
+
+
+@models_app.command()
+def alias(
+    name: str = typer.Argument(...),
+    alias_name: str = typer.Argument(..., metavar="ALIAS"),
+    version: int = typer.Argument(...),
+    force: bool = typer.Option(False, help="promote even if verification failed"),
+    registry: str | None = REGISTRY_OPTION,
+) -> None:
+    """Point NAME@ALIAS at VERSION."""
+    with reported("models alias"):
+        Registry(registry).set_alias(name, alias_name, version, force=force)
+    print(f"{name}@{alias_name} -> {version}")
+
+
+@models_app.command()
+def verify(
+    ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
+    registry: str | None = REGISTRY_OPTION,
+) -> None:
+    """Re-run parity verification on this machine's devices and record it."""
+    with reported("models verify"):
+        mv = Registry(registry).verify(ref)
+    for check in mv.verification.values():
+        print(_describe(mv, check))
+    if not mv.verified:
+        raise fail("models verify", f"{mv.ref} failed parity verification")

@@ -1,0 +1,77 @@
+"""``scoring score``: score a Parquet dataset with a registered model."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+
+from ._common import REGISTRY_OPTION, fail, reported
+
+__all__ = ["score"]
+
+
+def _value(text: str) -> object:
+    """An option's value: a number, true/false or a JSON object where it reads as one,
+    else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _columns(value: str) -> list[str]:
+    return [c.strip() for c in value.split(",") if c.strip()]
+
+
+def score(
+    model: str = typer.Option(..., "--model", help="NAME@ALIAS, NAME@VERSION or a model file"),
+    input: str = typer.Option(..., "--input", help="Parquet file, directory, glob or URL"),
+    output: str = typer.Option(..., "--output", help="output directory or URL"),
+    keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
+    outputs: str = typer.Option("default", help="default, raw (default + margins) or all"),
+    engine: str = typer.Option("local", help="local, ray or spark"),
+    option: list[str] = typer.Option(
+        [], "--engine-option", help="KEY=VALUE, an engine option (repeatable)"
+    ),
+    ray_address: str | None = typer.Option(
+        None, help="engine ray: a running cluster (host:port or auto); default: start one"
+    ),
+    workers: int | None = typer.Option(
+        None, min=1, help="engine ray: scoring actors (default: one per GPU, else CPUs/4)"
+    ),
+    spark_master: str | None = typer.Option(
+        None, help="engine spark: master URL; default: the active session, else local[*]"
+    ),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
+    backend: str = typer.Option("auto", help="auto, tensor, native or hummingbird"),
+    overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
+    registry: str | None = REGISTRY_OPTION,
+) -> None:
+    """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
+    from .._engines import score_parquet
+
+    # Shorthands for common engine options; the engine refuses one it does not take.
+    named = {"address": ray_address, "num_workers": workers, "master": spark_master}
+    options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
+    for pair in option:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail("score", f"--engine-option {pair!r} is not KEY=VALUE", code=2)
+        options[key] = _value(value)
+    with reported("score"):
+        result = score_parquet(
+            input,
+            output,
+            model,
+            engine=engine,
+            keep=_columns(keep),
+            outputs=outputs,
+            device=device,
+            backend=backend,
+            registry=registry,
+            overwrite=overwrite,
+            engine_options=options,
+        )
+    Console(stderr=True).print(f"scored {result.summary()}")

@@ -1,0 +1,230 @@
+"""``scoring plan``: will the job finish before its deadline, and with how many workers?
+
+Rows come from the Parquet footers (nothing is read).  Throughput per worker is
+measured by timing each of the local engine's stages (read, score on the job's device
+and backend, encode Parquet) on a sample of the input; the stages overlap, so the
+slowest sets the pace.  It is cached per model sha256, device type, backend and product
+version under the registry root.  Fixed costs: start-up (listing the input, measured,
+plus a Ray or Spark cluster's start), model load and compile (measured), commit.
+Estimate = fixed + rows / (rate x workers).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pyarrow.parquet as pq
+
+from .._dataset import InputDataset, open_input
+from .._engines import ModelSource, engine_named, resolve_model
+from .._engines.local import parallel_calls
+from .._model import CompiledModel, compile_model
+from .._registry import ModelStore
+from .._scorer import Scorer
+from .._version import __version__
+from ._spec import JobSpec
+
+__all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
+
+#: Four of the engine's CPU batches: enough that one slow batch does not set the rate.
+SAMPLE_ROWS = 524_288
+COMMIT_SECONDS = 0.1
+COMMIT_SECONDS_PER_FILE = 0.02
+
+
+@dataclass
+class Plan:
+    job: str
+    engine: str
+    device: str
+    backend: str
+    rows: int
+    files: int
+    rows_per_second: float  # per worker
+    workers: int
+    startup_seconds: float
+    compile_seconds: float
+    commit_seconds: float
+    estimated_seconds: float
+    deadline: str | None  # ISO time, UTC
+    available_seconds: float | None
+    workers_needed: int | None  # to meet the deadline; None when no count would
+    feasible: bool
+    cached: bool
+
+    @property
+    def margin(self) -> float | None:
+        if not self.available_seconds:
+            return None
+        return (self.available_seconds - self.estimated_seconds) / self.available_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "margin": self.margin}
+
+    def summary(self) -> str:
+        lines = [
+            f"plan for job {self.job!r}: engine {self.engine}, {self.backend} on {self.device}",
+            f"  rows: {self.rows:,} in {self.files} file(s) (from Parquet footers)",
+            f"  throughput: {self.rows_per_second:,.0f} rows/s per worker "
+            f"({'cached' if self.cached else 'measured'}), workers: {self.workers}",
+            f"  fixed: start-up {self.startup_seconds:.1f} s, model load and compile "
+            f"{self.compile_seconds:.1f} s, commit {self.commit_seconds:.1f} s",
+        ]
+        verdict = f"  estimated {self.estimated_seconds:,.1f} s"
+        if self.deadline is None:
+            return "\n".join([*lines, verdict + " (no deadline)"])
+        verdict += f"; deadline {self.deadline} in {self.available_seconds:,.0f} s: "
+        if self.feasible:
+            verdict += f"feasible, margin {self.margin:.0%}"
+        elif self.workers_needed is None:
+            fixed = self.startup_seconds + self.compile_seconds + self.commit_seconds
+            verdict += (
+                f"NOT feasible: the fixed costs alone ({fixed:.1f} s) exceed the time "
+                "left; needs a later deadline"
+            )
+        else:
+            where = "" if self.engine != "local" else " (engine ray or spark)"
+            verdict += f"NOT feasible: needs {self.workers_needed} workers{where}"
+        return "\n".join([*lines, verdict])
+
+
+class Planned(NamedTuple):
+    plan: Plan
+    model: ModelSource  # resolved once: the run scores with this one
+    data: InputDataset  # its footers, read once: the run scores these files
+
+
+def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
+    """The plan for ``spec`` starting at ``start`` (default: now)."""
+    return plan_and_model(spec, start=start).plan
+
+
+def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
+    """The plan, with the model and the input it was made for, for the run to reuse."""
+    start = start or datetime.now(timezone.utc)
+    engine = engine_named(spec.engine)
+    began = time.perf_counter()
+    data = open_input(spec.input)
+    listing = time.perf_counter() - began
+    store = ModelStore(spec.registry)
+    began = time.perf_counter()
+    source = resolve_model(spec.model, registry=store, device=spec.device,
+                           backend=spec.backend, local=engine.local)  # fmt: skip
+    # Workers score on the job's device and backend: measure that, not the checker.
+    model = (
+        source.compiled
+        if engine.local
+        else compile_model(source.shipped(), device=spec.device, backend=spec.backend)
+    )
+    compile_seconds = time.perf_counter() - began
+    cache = _Cache(store)
+    # The product version too: a newer engine may score at another pace.
+    key = f"{model.sha256}|{model.device.type}|{model.backend}|{__version__}"
+    rate = cache.get(key)
+    cached = rate is not None
+    if rate is None:
+        rate = _measure(model, spec, data)
+        cache.put(key, rate)
+    workers = (
+        int(spec.workers)
+        if spec.workers != "auto" and not engine.local
+        else engine.workers(engine.options(spec.engine_options()), device=spec.device)
+    )
+    startup = engine.startup_seconds + listing
+    commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)
+    fixed = startup + compile_seconds + commit
+    estimate = fixed + data.rows / (rate * workers)
+    deadline = spec.deadline_at(start)
+    now = datetime.now(timezone.utc)  # the time left counts from now, not ``start``
+    available = (deadline - now).total_seconds() if deadline else None
+    needed = None
+    if available is not None and available > fixed:
+        needed = max(1, math.ceil(data.rows / (rate * (available - fixed))))
+    plan = Plan(
+        job=spec.name, engine=spec.engine, device=str(model.device), backend=model.backend,
+        rows=data.rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
+        startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
+        estimated_seconds=estimate, deadline=deadline.isoformat() if deadline else None,
+        available_seconds=available, workers_needed=needed,
+        feasible=available is None or estimate <= available, cached=cached,
+    )  # fmt: skip
+    return Planned(plan, source, data)
+
+
+def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
+    """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
+    each timed on a sample: the stages overlap, so the slowest one sets the pace.  The
+    sample is scored as the engine scores it, side by side where the engine does."""
+    scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
+    columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
+    calls = parallel_calls(scorer)
+    scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
+    began = time.perf_counter()
+    sample = _sample(data, columns=columns, batch_rows=scorer.batch_rows)
+    read = time.perf_counter() - began
+    with ThreadPoolExecutor(max_workers=calls) as pool:
+        began = time.perf_counter()
+        scored = list(pool.map(scorer.score, sample))
+        score = time.perf_counter() - began
+    began = time.perf_counter()
+    if scored:
+        with pq.ParquetWriter(io.BytesIO(), scored[0].schema, compression="snappy") as writer:
+            for table in scored:
+                writer.write_table(table)
+    write = time.perf_counter() - began
+    rows = sum(batch.num_rows for batch in sample)
+    slowest = max(read, score, write)
+    return rows / slowest if slowest > 0 else float(rows)
+
+
+def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
+    """The first SAMPLE_ROWS rows of the input (or all of it), in the engine's batches."""
+    batches = (
+        batch
+        for fragment in data.fragments
+        for batch in data.batches(fragment, columns=columns, batch_rows=batch_rows)
+    )
+    sample, rows = [], 0
+    while rows < SAMPLE_ROWS and (batch := next(batches, None)) is not None:
+        sample.append(batch)
+        rows += batch.num_rows
+    return sample
+
+
+class _Cache:
+    """Measured rows/s per (model sha256, device type, backend), in the registry root."""
+
+    def __init__(self, registry: ModelStore):
+        self.path = (
+            Path(registry.store.root) / "cache" / "throughput.json"
+            if registry.store.is_local
+            else None
+        )
+
+    def get(self, key: str) -> float | None:
+        if self.path is None or not self.path.exists():
+            return None
+        value = json.loads(self.path.read_text()).get(key)
+        return float(value["rows_per_second"]) if value else None
+
+    def put(self, key: str, rate: float) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        entries = json.loads(self.path.read_text()) if self.path.exists() else {}
+        entries[key] = {
+            "rows_per_second": rate,
+            "measured_at": datetime.now(timezone.utc).isoformat(),
+        }
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, indent=1))
+        tmp.replace(self.path)

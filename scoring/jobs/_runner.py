@@ -1,0 +1,128 @@
+"""``scoring run``: plan, refuse an impossible deadline, run, watch, report.
+
+Exit codes (for cron and Airflow): 0 done in time, 1 failed, 2 usage (a bad job file),
+3 the plan cannot meet the deadline (nothing written), 4 finished after the deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from .._dataset import InputDataset
+from .._engines import ModelSource, ScoreReport, score_parquet
+from ..errors import (
+    CompileError,
+    ConfigError,
+    DeadlineError,
+    InputError,
+    OutputError,
+    RegistryError,
+    ScoringError,
+)
+from ._gpu import GpuSampler
+from ._planner import Plan, plan_and_model
+from ._report import write_report
+from ._spec import JobSpec
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INFEASIBLE",
+    "EXIT_LATE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "JobOutcome",
+    "run_job",
+]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE = 0, 1, 2, 3, 4
+log = logging.getLogger("scoring.jobs")
+#: Errors a rerun cannot fix: a configuration mistake, a model that does not compile,
+#: bad input, a refused output, an unknown model.
+_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError)
+
+
+@dataclass
+class JobOutcome:
+    plan: Plan
+    report: ScoreReport
+    late: bool
+    attempts: int
+    report_files: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_LATE if self.late else EXIT_OK
+
+
+class _Watch:
+    """Projects the finish from the rows done so far; warns once when it is too late."""
+
+    def __init__(self, deadline: datetime | None, total: int):
+        self.deadline, self.total = deadline, total
+        self.warned = False
+
+    def __call__(self, seconds: float, rows: int) -> None:
+        if self.deadline is None or self.warned or rows <= 0 or seconds < 1.0:
+            return
+        left = seconds * (self.total - rows) / rows
+        finish = datetime.now(timezone.utc) + timedelta(seconds=left)
+        if finish > self.deadline:
+            self.warned = True
+            log.warning(
+                "job will miss its deadline: projected finish %s, deadline %s (%s of %s rows "
+                "done)", finish.isoformat(timespec="seconds"),
+                self.deadline.isoformat(timespec="seconds"), f"{rows:,}", f"{self.total:,}",
+            )  # fmt: skip
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    progress: bool = True,
+    start: datetime | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+) -> JobOutcome:
+    """Plan, then run ``spec``; raises :class:`DeadlineError` before writing anything
+    when the plan cannot meet the deadline.  ``start`` (default: now) is the job's
+    nominal start, from which a duration deadline counts; ``on_plan`` sees the plan
+    before anything runs."""
+    start = start or datetime.now(timezone.utc)
+    plan, model, data = plan_and_model(spec, start=start)
+    if on_plan is not None:
+        on_plan(plan)
+    if not plan.feasible:
+        raise DeadlineError(plan.summary().splitlines()[-1].strip())
+    deadline = spec.deadline_at(start)
+    watch = _Watch(deadline, plan.rows)
+    with GpuSampler() as gpu:
+        report, attempts = _with_retries(spec, data, model, watch, progress=progress)
+    finished = datetime.now(timezone.utc)
+    late = deadline is not None and finished > deadline
+    files = write_report(spec, plan, report, gpu=gpu.result(), deadline=deadline,
+                         finished=finished, attempts=attempts)  # fmt: skip
+    return JobOutcome(plan, report, late, attempts, files)
+
+
+def _with_retries(
+    spec: JobSpec, data: InputDataset, model: ModelSource, watch: _Watch, *, progress: bool
+) -> tuple[ScoreReport, int]:
+    """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
+    for attempt in range(1, spec.retries + 2):
+        try:
+            report = score_parquet(
+                data, spec.output, model, engine=spec.engine, keep=spec.keep,
+                outputs=spec.outputs, device=spec.device, backend=spec.backend,
+                registry=spec.registry, engine_options=spec.engine_options(), on_progress=watch,
+                progress=progress,
+            )  # fmt: skip
+            return report, attempt
+        except _PERMANENT:
+            raise
+        except (ScoringError, OSError) as exc:
+            if attempt > spec.retries:
+                raise
+            log.warning("attempt %d of job %r failed (%s); retrying", attempt, spec.name, exc)
+    raise AssertionError("unreachable")  # pragma: no cover

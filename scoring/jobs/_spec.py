@@ -1,0 +1,184 @@
+"""Job files: TOML, validated, with errors that name the key and the file.
+
+::
+
+    name = "nightly-churn"
+    model = "churn@production"
+    input = "/data/features/${RUN_DATE}/"      # ${VAR} expands from the environment
+    output = "/data/scores/${RUN_DATE}/"
+    engine = "local"                            # a name in scoring._engines.ENGINES
+    deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
+    timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
+    keep = ["customer_id"]
+    outputs = "default"                         # default | raw | all
+    device = "auto"
+    backend = "auto"
+    workers = "auto"                            # or a number (engines with workers)
+    retries = 1                                 # reruns after a failure (they resume)
+
+    [resources]                                 # per worker (ray: actors; spark: tasks)
+    cpus = 1.0
+    gpus = 1.0
+
+    [ray]                                       # options of the chosen engine
+    address = "auto"
+
+A clock deadline is the next such time in ``timezone`` after the job starts, unless that
+time passed less than 12 hours before the start: then the job is already late.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from datetime import datetime, time, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
+
+from .._engines import ENGINES
+from ..errors import JobFileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["JobSpec", "load_job", "parse_duration"]
+
+_DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
+_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
+_LATE_WINDOW = timedelta(hours=12)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"45m"``, ``"1h30m"``, ``"90s"`` as a timedelta."""
+    match = _DURATION.match(text)
+    if not match or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration like '45m', '1h30m' or '90s'")
+    h, m, s = (int(g or 0) for g in match.groups())
+    return timedelta(hours=h, minutes=m, seconds=s)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    cpus: float | None = Field(default=None, gt=0)
+    gpus: float | None = Field(default=None, ge=0)
+
+
+#: One optional table per engine that has one (``[ray]``, ``[spark]``), with the engine's
+#: own schema: a new engine brings its table with it.
+_TABLES: dict[str, Any] = {
+    name: (e.table, e.table()) for name, e in ENGINES.items() if e.table is not None
+}
+_EngineTables: Any = create_model("_EngineTables", __base__=_Strict, **_TABLES)
+
+
+class JobSpec(_EngineTables):  # fields common to every engine, and the engine tables
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: str
+    input: str
+    output: str
+    engine: str = "local"
+    deadline: str | None = None
+    timezone: str = "UTC"
+    keep: list[str] = Field(default_factory=list)
+    outputs: Literal["default", "raw", "all"] = "default"
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    backend: Literal["auto", "tensor", "native", "hummingbird"] = "auto"
+    workers: Literal["auto"] | int = "auto"
+    retries: int = Field(default=0, ge=0, le=10)
+    registry: str | None = None
+    resources: Resources = Resources()
+
+    @field_validator("input", "output", "registry", "model")
+    @classmethod
+    def _expand(cls, value: str | None) -> str | None:
+        return os.path.expandvars(value) if value is not None else None
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, value: str) -> str:
+        if value not in ENGINES:
+            raise ValueError(f"unknown engine {value!r}: expected one of {', '.join(ENGINES)}")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _positive(cls, value: str | int) -> str | int:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("workers must be 'auto' or at least 1")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name)") from exc
+        return value
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, value: str | None) -> str | None:
+        if value is not None and not _CLOCK.match(value):
+            parse_duration(value)  # raises naming the value
+        if value is not None and (m := _CLOCK.match(value)):
+            time(int(m.group(1)), int(m.group(2)))  # raises on 25:00
+        return value
+
+    def deadline_at(self, start: datetime) -> datetime | None:
+        """The deadline as an aware datetime, for a job starting at ``start``."""
+        if self.deadline is None:
+            return None
+        clock = _CLOCK.match(self.deadline)
+        if clock is None:
+            return start + parse_duration(self.deadline)
+        zone = ZoneInfo(self.timezone)
+        local = start.astimezone(zone)
+        today = local.replace(hour=int(clock.group(1)), minute=int(clock.group(2)), second=0,
+                              microsecond=0)  # fmt: skip
+        days = (today + timedelta(days=d) for d in (-1, 0, 1))  # yesterday's may be the one
+        return next(at for at in days if at >= local - _LATE_WINDOW).astimezone(timezone.utc)
+
+    def engine_options(self) -> dict[str, Any]:
+        """``score_parquet``'s engine options: the engine's table, workers, resources."""
+        workers = None if self.workers == "auto" else int(self.workers)
+        return ENGINES[self.engine].job_options(
+            getattr(self, self.engine, None),
+            workers=workers,
+            cpus=self.resources.cpus,
+            gpus=self.resources.gpus,
+        )
+
+
+def load_job(path: str | os.PathLike[str]) -> JobSpec:
+    """Read and validate a job file; errors name the file and the key."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except OSError as exc:
+        raise JobFileError(f"cannot read job file {str(file)!r}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError(f"job file {str(file)!r} is not valid TOML: {exc}") from exc
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise JobFileError(f"job file {str(file)!r}, key {key!r}: {reason}") from exc
