@@ -28,6 +28,7 @@ pytestmark = pytest.mark.timeout(300)  # a starved actor pool hangs forever: fai
 
 @pytest.fixture(scope="module")
 def ray_session() -> Any:
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as scoring.ray.connect() starts one
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()

@@ -83,6 +83,10 @@ def connect(address: str | None = None) -> None:
     import ray.data
 
     if not ray.is_initialized():
+        # Ray starts workers at niceness 15, for a raylet's comfort; here the workers are
+        # the job, and on a busy machine a niced actor pool starves (a cluster we join
+        # keeps its own setting).
+        os.environ.setdefault("RAY_worker_niceness", "0")
         try:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         except ConnectionError as exc:

@@ -87,7 +87,9 @@ _TABLES: dict[str, Any] = {
 _EngineTables: Any = create_model("_EngineTables", __base__=_Strict, **_TABLES)
 
 
-class JobSpec(_EngineTables):  # fields common to every engine, and the engine tables
+class JobSpec(_EngineTables):
+    """A validated job file: the keys every engine shares, and each engine's table."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: str
     input: str
