@@ -1,6 +1,6 @@
 """How close ``scoring plan``'s estimate comes to the run it plans.
 
-For each size: write the rows (the demo model's 28 features, 500k rows per file),
+For each size: write the rows (and flush them to disk) (the demo model's 28 features, 500k rows per file),
 register the demo model (XGBoost, 500 trees of depth 8) once, plan the job with a cold
 throughput cache, run it on the local engine, and record estimate against actual.  The
 target is an estimate within 30% of the run; a busy machine moves both, which is why
@@ -53,6 +53,7 @@ def measure(work: Path, rows: int) -> dict[str, float]:
     from scoring.jobs import JobSpec, make_plan
 
     write_rows(work / f"in-{rows}", rows)
+    os.sync()  # the input's writeback would otherwise slow the planner's sample
     spec = JobSpec.model_validate({
         "name": "accuracy", "model": "demo@1", "registry": str(work / "reg"),
         "input": str(work / f"in-{rows}"), "output": str(work / f"out-{rows}"),
