@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._frameworks import (
     dump_model,
     framework_named,
-    framework_of,
+    import_model,
     library_versions,
     load_model_file,
     restore_model,
@@ -131,7 +131,7 @@ class Bundle:
         ``name`` (default: the model's kind), for engines that ship models to workers."""
         if isinstance(model, (str, os.PathLike)):
             model = load_model_file(model, trusted=trusted)
-        forest = framework_of(model).to_forest(model)
+        forest = import_model(model)
         schema = schema_of(forest)
         data = dump_model(model)
         created = datetime.now(timezone.utc)

@@ -16,7 +16,13 @@ import torch
 
 from ._bundle import schema_of
 from ._compiler import choose_strategy
-from ._frameworks import dump_model, framework_of, library_versions, load_model_file
+from ._frameworks import (
+    dump_model,
+    import_model,
+    library_versions,
+    load_model_file,
+    restore_model,
+)
 from ._ir import Forest
 from ._model import CompiledModel, compile_imported, compile_model
 from ._parity import Predictor, Verification, verify
@@ -81,12 +87,15 @@ class Registry(ModelStore):
         model = model_or_path
         if isinstance(model, (str, os.PathLike)):
             model = load_model_file(model, trusted=trusted)
-        framework = framework_of(model)
-        forest = framework.to_forest(model)  # an unsupported model is refused before storing
+        forest = import_model(model)  # an unsupported model is refused before storing
         schema = schema_of(forest)
         data = dump_model(model)
-        _, stored = framework.restore(
-            data, kind=schema.model_kind, classes=schema.classes, trusted=trusted
+        _, stored = restore_model(
+            schema.framework,
+            data,
+            kind=schema.model_kind,
+            classes=schema.classes,
+            trusted=trusted,
         )
         sample = read_sample(sample)
         checks = verify_model(model, forest, sample=sample, candidate=stored)

@@ -7,6 +7,8 @@ a message that names the culprit (column, file, value, model kind) and the fix.
 
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "ScoringError",
     "ConfigError",
@@ -172,8 +174,6 @@ TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
 def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
     """The boundary's exception classes whose libraries are loaded (one that is not
     cannot have raised anything)."""
-    import sys
-
     found = {}
     for name, ours in TRANSLATIONS[boundary].items():
         module, _, attr = name.rpartition(".")

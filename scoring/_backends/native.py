@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -32,12 +33,19 @@ class NativeBackend:
         self.names = feature_names(forest)
 
     def for_parallel_calls(self) -> Backend | None:
+        return self._one_thread
+
+    @cached_property
+    def _one_thread(self) -> NativeBackend | None:
+        """Copied once per backend: a Ray actor asks again for every file it scores."""
         one = self.predictor.one_thread()
         if one is None:
             return None
         if one is self.predictor:
             return self
-        return NativeBackend(one.model, self.forest, predictor=one)
+        copy = NativeBackend(one.model, self.forest, predictor=one)
+        copy._one_thread = copy  # already one thread per call
+        return copy
 
     def score(
         self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
