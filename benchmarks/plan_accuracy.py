@@ -1,8 +1,8 @@
 """How close ``scoring plan``'s estimate comes to the run it plans.
 
-For each size: write the rows (and flush them to disk) (the demo model's 28 features, 500k rows per file),
-register the demo model (XGBoost, 500 trees of depth 8) once, plan the job with a cold
-throughput cache, run it on the local engine, and record estimate against actual.  The
+For each size: write the rows (the demo model's 28 features, 500k rows per file) and
+flush them to disk, register the demo model (XGBoost, 500 trees of depth 8) once, plan
+the job with a cold throughput cache, run it on the local engine, and record estimate against actual.  The
 target is an estimate within 30% of the run; a busy machine moves both, which is why
 this is a benchmark and not a unit test.
 
