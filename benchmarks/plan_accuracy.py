@@ -2,9 +2,9 @@
 
 For each size: write the rows (the demo model's 28 features, 500k rows per file) and
 flush them to disk, register the demo model (XGBoost, 500 trees of depth 8) once, plan
-the job with a cold throughput cache, run it on the local engine, and record estimate against actual.  The
-target is an estimate within 30% of the run; a busy machine moves both, which is why
-this is a benchmark and not a unit test.
+the job with a cold throughput cache, run it on the local engine, and record estimate
+against actual.  The target is an estimate within 30% of the run; a busy machine moves
+both, which is why this is a benchmark and not a unit test.
 
     python benchmarks/plan_accuracy.py [--rows 3000000 10000000] [--out FILE]
 """
