@@ -7,6 +7,20 @@ and integer-coded categorical columns where it has categorical features) and fit
 
 from __future__ import annotations
 
-from models.recipes import BENCHMARK_RECIPES, DEMO_RECIPE, SMALL_RECIPES, Recipe, make_data
+from models.recipes import (
+    BENCHMARK_RECIPES,
+    DEMO_RECIPE,
+    GPU_RECIPES,
+    SMALL_RECIPES,
+    Recipe,
+    make_data,
+)
 
-__all__ = ["BENCHMARK_RECIPES", "DEMO_RECIPE", "SMALL_RECIPES", "Recipe", "make_data"]
+__all__ = [
+    "BENCHMARK_RECIPES",
+    "DEMO_RECIPE",
+    "GPU_RECIPES",
+    "SMALL_RECIPES",
+    "Recipe",
+    "make_data",
+]

@@ -196,5 +196,12 @@ BENCHMARK_RECIPES: list[Recipe] = [
        n_features=28, n_rows=20_000, params={"n_jobs": -1}),
 ]  # fmt: skip
 
+#: The GPU suite's shapes: the two above, and a random forest of deep trees.
+GPU_RECIPES: list[Recipe] = [
+    *BENCHMARK_RECIPES[:2],
+    _r("rf_100x12", "sklearn", "RandomForestClassifier", "binary", n_trees=100, depth=12,
+       n_features=28, n_rows=20_000, params={"n_jobs": -1}),
+]  # fmt: skip
+
 #: The model the demo scores.
 DEMO_RECIPE = BENCHMARK_RECIPES[0]

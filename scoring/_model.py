@@ -27,6 +27,7 @@ from ._backends.hummingbird import HummingbirdBackend
 from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
+from ._compiler import fused_pays
 from ._frameworks import dump_model, import_model, load_model_file
 from ._inputs import prepare
 from ._ir import Forest
@@ -187,12 +188,16 @@ def compile_imported(
     else:
         impl = TensorBackend(forest, device=dev, strategy=strategy, batch_size=batch_size)
         if backend == "auto" and dev.type == "cpu":
-            impl, timings = _fastest_on_cpu(forest, [impl, NativeBackend(model, forest)])
+            candidates: list[Backend] = [impl, NativeBackend(model, forest)]
+            if strategy == "auto" and fused_pays(forest):
+                candidates.append(TensorBackend(forest, device=dev, strategy="fused"))
+            impl, timings = _fastest_on_cpu(forest, candidates)
     return CompiledModel(forest=forest, implementation=impl, selection=timings, _source=model)
 
 
 def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:
-    """Time each on the same probe rows (after a warm-up) and keep the fastest."""
+    """Time each on the same probe rows (after a warm-up, which is also where ``fused``
+    compiles) and keep the fastest; timings are keyed ``native`` or ``tensor:<strategy>``."""
     rows = probe_rows(forest, n_rows=4096, special=False)
     rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
     timings = {}
@@ -200,6 +205,10 @@ def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend,
         impl.predict_raw(rows[:64])
         start = time.perf_counter()
         impl.predict_raw(rows)
-        timings[impl.name] = time.perf_counter() - start
-    best = min(candidates, key=lambda impl: timings[impl.name])
+        timings[_selection_key(impl)] = time.perf_counter() - start
+    best = min(candidates, key=lambda impl: timings[_selection_key(impl)])
     return best, timings
+
+
+def _selection_key(impl: Backend) -> str:
+    return impl.name if impl.strategy is None else f"{impl.name}:{impl.strategy}"

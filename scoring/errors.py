@@ -149,6 +149,10 @@ TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
         "sklearn.exceptions.NotFittedError": UnsupportedModelError,
         "builtins.TypeError": UnsupportedModelError,  # not an estimator at all
     },
+    "torch.compile": {
+        # BackendCompilerFailed, InductorError (no C++ compiler, ...) and Dynamo's own
+        "torch._dynamo.exc.TorchDynamoException": CompileError,
+    },
     "hummingbird": {
         "builtins.ValueError": UnsupportedModelError,  # e.g. XGBoost 3's base_score format
     },
@@ -183,12 +187,25 @@ def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
     return found
 
 
+def _reason(exc: BaseException, *, first_line: bool = False) -> str:
+    """The innermost cause's last (or first) line: wrappers end theirs with advice on
+    debug variables (torch.compile keeps the cause in ``inner_exception``)."""
+    inner = exc.__cause__ or getattr(exc, "inner_exception", None)
+    while isinstance(inner, BaseException):
+        exc = inner
+        inner = exc.__cause__ or getattr(exc, "inner_exception", None)
+    detail = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return (detail[0] if first_line else detail[-1]) if detail else type(exc).__name__
+
+
 class translated:
     """``with translated("parquet", "cannot read 'x.parquet'", fix="..."):`` turns the
-    boundary's third-party exceptions into ours: ``<what>: <their message>; <fix>``."""
+    boundary's third-party exceptions into ours: ``<what>: <their message>; <fix>``
+    (their message's last line, or its first with ``first_line``)."""
 
-    def __init__(self, boundary: str, what: str, *, fix: str = ""):
+    def __init__(self, boundary: str, what: str, *, fix: str = "", first_line: bool = False):
         self.boundary, self.what, self.fix = boundary, what, fix
+        self.first_line = first_line
 
     def __enter__(self) -> translated:
         return self
@@ -200,6 +217,5 @@ class translated:
             return
         for known, ours in _resolved(self.boundary).items():
             if isinstance(exc, known):
-                detail = str(exc).strip().splitlines()
-                message = f"{self.what}: {detail[-1] if detail else type(exc).__name__}"
+                message = f"{self.what}: {_reason(exc, first_line=self.first_line)}"
                 raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc

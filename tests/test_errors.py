@@ -131,6 +131,17 @@ def _spark_error() -> BaseException:
     return PySparkException(message="[PYTHON_EXCEPTION] a worker failed")
 
 
+def _no_cxx_compiler(tmp: Path) -> object:
+    """A machine without a C++ compiler, and nothing compiled before: inductor fails."""
+    import torch._inductor.config as inductor
+
+    missing = {"cpp.cxx": (str(tmp / "no-such-compiler"),)}
+    with pytest.MonkeyPatch.context() as env, inductor.patch(missing):
+        env.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
+        cm = scoring.compile(built("xgb_clf")[0], backend="tensor", strategy="fused")
+        return cm.predict(np.zeros((2, 6)))
+
+
 TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringError]]] = {
     ("model file", "xgboost.core.XGBoostError"):
         (_model_file(".json", b"{not json"), errors.ModelFileError),
@@ -147,6 +158,8 @@ TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringErro
     ("fitted model", "builtins.TypeError"):
         (lambda tmp: scoring.compile(__import__("sklearn.utils").utils.Bunch()),
          errors.UnsupportedModelError),
+    ("torch.compile", "torch._dynamo.exc.TorchDynamoException"):
+        (_no_cxx_compiler, errors.CompileError),
     ("hummingbird", "builtins.ValueError"):
         (lambda tmp: scoring.compile(built("xgb_reg")[0], backend="hummingbird"),
          errors.UnsupportedModelError),

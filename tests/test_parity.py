@@ -9,6 +9,7 @@ leaf as native for every row and tree (where native reports leaves), outputs wit
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
@@ -28,13 +29,15 @@ from scoring.errors import ParityError, UnsupportedModelError
 from .conftest import RECIPES, as_model_input, built
 
 TOL = 1e-5
-STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal"]
+#: The GPU suite (benchmarks/gpu) reruns this file with SCORING_TEST_DEVICE=cuda.
+DEVICE = os.environ.get("SCORING_TEST_DEVICE", "cpu")
+STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal", "fused"]
 
 
 @cache
 def compiled(name: str, backend: str, strategy: str = "auto") -> Any:
     model, _, _ = built(name)
-    return scoring.compile(model, backend=backend, device="cpu", strategy=strategy)
+    return scoring.compile(model, backend=backend, device=DEVICE, strategy=strategy)
 
 
 def rows_strategy(forest: Forest) -> st.SearchStrategy[np.ndarray]:

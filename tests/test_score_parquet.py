@@ -25,7 +25,13 @@ from scoring._engines import local
 from scoring._parity import probe_frame
 from scoring._scorer import Scorer
 from scoring.cli import app
-from scoring.errors import InputError, InvalidValueError, MissingColumnError, OutputError
+from scoring.errors import (
+    InputError,
+    InvalidValueError,
+    MissingColumnError,
+    OutputError,
+    ResourceLimitError,
+)
 
 from .conftest import built
 
@@ -291,7 +297,7 @@ def test_killed_run_resumes_and_publishes_every_row_once(tmp_path: Path) -> None
 
 
 def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, X = model_frame("xgb_clf", rows=1000)
+    model, X = model_frame("xgb_clf", rows=5000)
     cm = scoring.compile(model, backend="tensor", device="cpu")
     scorer = Scorer(cm)
     whole = scorer.score(pa.Table.from_pandas(X))
@@ -301,15 +307,21 @@ def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> Non
 
     def small_device(mat: Any, *, raw: bool) -> Any:
         sizes.append(len(mat))
-        if len(mat) > 300:
+        if len(mat) > limit:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
         return once(mat, raw=raw)
 
     monkeypatch.setattr(backend, "_score_once", small_device)
+    limit = 1500
     split = scorer.score(pa.Table.from_pandas(X))
     np.testing.assert_allclose(split["probability"], whole["probability"], atol=1e-6)
-    assert split["label"].equals(whole["label"]) and split.num_rows == 1000
-    assert max(s for s in sizes if s <= 300) == 250 and scorer.batch_rows == 1024
+    assert split["label"].equals(whole["label"]) and split.num_rows == 5000
+    assert max(s for s in sizes if s <= limit) == 1250 and scorer.batch_rows == 1250
+    # Where even the smallest batch does not fit, one clear error, not endless halving.
+    limit, sizes[:] = 0, []
+    with pytest.raises(ResourceLimitError, match="rows do not fit"):
+        scorer.score(pa.Table.from_pandas(X))
+    assert min(sizes) > 1024 // 2 and len(sizes) < 20
 
 
 def _cli_score(*args: str) -> Any:

@@ -92,9 +92,12 @@ class TensorBackend:
         try:
             return self._score_once(mat, raw=raw)
         except torch.cuda.OutOfMemoryError:
-            if len(mat) <= 1:
+            # Below this the strategy's own scratch is what does not fit: halving again
+            # would only turn the batch into millions of failing calls.
+            if len(mat) <= MIN_BATCH_ROWS:
                 raise ResourceLimitError(
-                    f"a single row does not fit on {self.device}; use device='cpu'"
+                    f"{len(mat):,} rows do not fit in the memory free on {self.device}; free "
+                    "device memory, use strategy='fused' (no per-tree scratch) or device='cpu'"
                 ) from None
             torch.cuda.empty_cache()
             half = len(mat) // 2

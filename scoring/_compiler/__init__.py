@@ -8,14 +8,17 @@
   limit: no child gathers;
 * ``tree_traversal`` otherwise: any depth, memory linear in nodes.
 
-A forced ``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitError`.
+``fused`` (see :mod:`.fused`) costs a torch.compile, so it is picked only for forests
+large enough to repay that (:func:`fused_pays`): on CUDA always, since the GPU suite
+measured it fastest at every batch size from 1k rows (benchmarks/results/gpu/); on CPU
+the backend selection times it against the others and native.  A forced
+``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,8 +26,10 @@ from torch import nn
 
 from .._ir import Forest
 from ..errors import CompileError, ResourceLimitError
+from .fused import FusedBlocks
 from .kernels import Gemm, LeafSum, NodeTest, PerfectTreeTraversal, TreeTraversal
 from .tables import (
+    LeafTables,
     NodeParams,
     bitset_tables,
     gemm_layout,
@@ -35,16 +40,36 @@ from .tables import (
 )
 from .transforms import transform
 
-__all__ = ["STRATEGIES", "TensorForest", "compile_forest", "choose_strategy", "transform"]
+__all__ = [
+    "STRATEGIES",
+    "TensorForest",
+    "compile_forest",
+    "choose_strategy",
+    "fused_pays",
+    "transform",
+]
 
-#: A strategy builds (paths module, leaves, per-row cost in elements) for a forest from
-#: its node test; a new strategy is one function and one row of :data:`_BUILDERS`.
-_Built = tuple[nn.Module, Any, int]
+
+@dataclass(frozen=True)
+class _Built:
+    """What a strategy builds: the walk, its leaf tables, the per-row cost (elements of
+    the widest intermediate) and whether it runs trees-outermost in compiled blocks."""
+
+    paths: nn.Module
+    leaves: LeafTables
+    row_cost: int
+    fused: bool = False
+
+
+#: A strategy builds a :class:`_Built` for a forest from its node test; a new strategy
+#: is one function and one row of :data:`_BUILDERS`.
 _Builder = Callable[[Forest, Callable[[NodeParams], NodeTest], int], _Built]
 #: Default ceiling for the perfect layout's tables.
 PERFECT_MAX_BYTES = 1 << 30
 #: Elements of the widest intermediate per chunk of rows (bounds scratch memory).
 _CHUNK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 27}
+#: Node tests per row (trees x depth) from which a compile repays itself on CPU.
+FUSED_MIN_TESTS = 1000
 
 
 @dataclass(frozen=True)
@@ -60,6 +85,8 @@ def choose_strategy(
     batch_size: int | None = None,
     max_perfect_bytes: int = PERFECT_MAX_BYTES,
 ) -> StrategyChoice:
+    if device.type == "cuda" and fused_pays(forest):
+        return StrategyChoice("fused", "CUDA, forest large enough to repay a compile")
     depth = forest.max_depth
     gemm_depth = 6 if device.type == "cuda" and (batch_size or 1 << 20) <= 4096 else 3
     if depth <= gemm_depth:
@@ -74,8 +101,19 @@ def choose_strategy(
     )
 
 
+def fused_pays(forest: Forest) -> bool:
+    """Whether ``fused`` is worth timing for this forest (it costs a compile first)."""
+    return forest.n_trees * max(forest.max_depth, 1) >= FUSED_MIN_TESTS
+
+
 class TensorForest(nn.Module):
-    """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included)."""
+    """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included).
+
+    ``fused``: the walk runs trees-outermost and every row block goes through one
+    compiled kernel (:mod:`.fused`); leaf ids still come from the eager walk.
+    """
+
+    base_score: torch.Tensor
 
     def __init__(
         self,
@@ -85,31 +123,52 @@ class TensorForest(nn.Module):
         *,
         device: torch.device,
         row_cost: int,
+        fused: bool = False,
     ):
         super().__init__()
         self.paths = paths
         self.leaves = leaves
+        self.fused = fused
+        self.blocks: FusedBlocks | None = None
         self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
         self.register_buffer(
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
         )
         self.scale = 1.0 / forest.n_trees if forest.average else 1.0
         self.zero_snap = forest.zero_snap
+        self.zero = {dt: float(zero_threshold(dt)) for dt in (np.float32, np.float64)}
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            return self.blocks(x)
         parts = [self._margins(chunk) for chunk in torch.split(x, self.chunk_rows)]
         return torch.cat(parts) if parts else self._margins(x)
 
+    def compile_blocks(self) -> None:
+        """Route :meth:`forward` through compiled row blocks (once on its device)."""
+        device = self.base_score.device
+        self.blocks = FusedBlocks(self._margins, device=device)
+
+    def _snapped(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.zero_snap:
+            return x
+        zero = self.zero[np.float32 if x.dtype == torch.float32 else np.float64]
+        return torch.where(x.abs() <= zero, torch.zeros_like(x), x)
+
     def _leaf_positions(self, x: torch.Tensor) -> torch.Tensor:
-        if self.zero_snap:
-            zero = zero_threshold(np.float32 if x.dtype == torch.float32 else np.float64)
-            x = torch.where(x.abs() <= zero, torch.zeros_like(x), x)
-        return self.paths(x)
+        return self.paths(self._snapped(x))
+
+    def _sums(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.fused:
+            return self.leaves(self._leaf_positions(x))
+        # Trees outermost: a block's walk is elementwise over [T, B] (see .fused).
+        positions = self.paths(self._snapped(x).t(), transposed=True)
+        return self.leaves(positions, transposed=True)
 
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
-        total = self.leaves(self._leaf_positions(x))
+        total = self._sums(x)
         if self.scale != 1.0:
             total = total * self.scale
         return total + self.base_score
@@ -145,10 +204,16 @@ def compile_forest(
         return NodeTest(params, bits, cat_check_before_trunc=forest.cat_check_before_trunc)
 
     acc = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
-    paths, leaves, row_cost = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
-    leaf_sum = LeafSum(leaves, n_outputs=forest.n_outputs, dtype=acc)
-    module = TensorForest(forest, paths, leaf_sum, device=device, row_cost=row_cost)
-    return module.to(device).eval(), choice
+    built = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
+    leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
+    module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost,
+                          fused=built.fused)  # fmt: skip
+    module = module.to(device).eval()
+    if built.fused:
+        module.compile_blocks()
+        walk = getattr(built.paths, "name", "tree")
+        choice = StrategyChoice(choice.name, f"{choice.reason}; {walk} compiled in row blocks")
+    return module, choice
 
 
 def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
@@ -159,22 +224,26 @@ def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: 
             f"(limit {max_bytes >> 20} MiB); use strategy='tree_traversal' or 'auto'"
         )
     perfect = perfect_layout(forest)
-    return (
-        PerfectTreeTraversal(perfect, test(perfect.params)),
-        perfect.leaves,
-        _traversal_cost(forest),
-    )
+    walk = PerfectTreeTraversal(perfect, test(perfect.params))
+    return _Built(walk, perfect.leaves, _traversal_cost(forest))
 
 
 def _gemm(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
     gemm = gemm_layout(forest)
     cost = int(gemm.path.shape[0] * (gemm.path.shape[1] + gemm.path.shape[2]))
-    return Gemm(gemm, test(gemm.params)), gemm.leaves, cost
+    return _Built(Gemm(gemm, test(gemm.params)), gemm.leaves, cost)
 
 
 def _traversal(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
     trav = traversal_layout(forest)
-    return TreeTraversal(trav, test(trav.params)), trav.leaves, _traversal_cost(forest)
+    return _Built(TreeTraversal(trav, test(trav.params)), trav.leaves, _traversal_cost(forest))
+
+
+def _fused(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
+    """The perfect walk where it fits (no child gathers), else the plain one, compiled."""
+    perfect = forest.max_depth <= 10 and perfect_layout_bytes(forest) <= max_bytes
+    built = (_perfect if perfect else _traversal)(forest, test, max_bytes)
+    return replace(built, row_cost=forest.n_features, fused=True)  # no [B, T] scratch
 
 
 def _traversal_cost(forest: Forest) -> int:
@@ -186,5 +255,6 @@ _BUILDERS: dict[str, _Builder] = {
     "gemm": _gemm,
     "tree_traversal": _traversal,
     "perfect_tree_traversal": _perfect,
+    "fused": _fused,
 }
 STRATEGIES = tuple(_BUILDERS)

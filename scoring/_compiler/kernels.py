@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import CompileError
 from .tables import (
     BitsetTables,
     GemmLayout,
@@ -30,9 +31,10 @@ def _buffer(module: nn.Module, name: str, array: np.ndarray) -> None:
     module.register_buffer(name, torch.from_numpy(np.ascontiguousarray(array)), persistent=False)
 
 
-#: Bits above the feature index in :attr:`NodeTest.packed` (feature < 2**32).
-_DEFAULT_LEFT, _MISSING_ZERO, _IS_CAT = 1 << 32, 1 << 33, 1 << 34
-_FEATURE_MASK = (1 << 32) - 1
+#: Bits above the feature index in :attr:`NodeTest.packed` (feature < 2**28): int32
+#: halves the bytes the walk moves per node against int64.
+_DEFAULT_LEFT, _MISSING_ZERO, _IS_CAT = 1 << 28, 1 << 29, 1 << 30
+_FEATURE_MASK = (1 << 28) - 1
 
 
 class NodeTest(nn.Module):
@@ -54,16 +56,20 @@ class NodeTest(nn.Module):
     def __init__(self, p: NodeParams, bits: BitsetTables, *, cat_check_before_trunc: bool):
         super().__init__()
         self.width = int(p.feature.shape[1])
+        if p.feature.size and int(p.feature.max()) > _FEATURE_MASK:
+            raise CompileError(f"a split on feature {int(p.feature.max())}: at most 2**28 features")
         packed = (
-            p.feature.astype(np.int64)
-            | np.where(p.default_left, _DEFAULT_LEFT, 0)
-            | np.where(p.missing_zero, _MISSING_ZERO, 0)
-            | np.where(p.is_cat, _IS_CAT, 0)
+            p.feature.astype(np.int32)
+            | np.where(p.default_left, _DEFAULT_LEFT, 0).astype(np.int32)
+            | np.where(p.missing_zero, _MISSING_ZERO, 0).astype(np.int32)
+            | np.where(p.is_cat, _IS_CAT, 0).astype(np.int32)
         )
         _buffer(self, "packed", packed.reshape(-1))
         _buffer(self, "thr32", threshold32(p.threshold).reshape(-1))
         _buffer(self, "thr64", p.threshold.reshape(-1))
         self.has_zero = bool(p.missing_zero.any())
+        # Plain floats: the node test is traced by torch.compile, which cannot call numpy.
+        self.zero = {dt: float(zero_threshold(dt)) for dt in (np.float32, np.float64)}
         self.has_cat = bool(p.is_cat.any())
         _buffer(self, "cat_row", p.cat_row.reshape(-1))
         _buffer(self, "cat_unknown_left", p.cat_unknown_left.reshape(-1))
@@ -72,15 +78,20 @@ class NodeTest(nn.Module):
         self.words = int(bits.left.shape[1])
         self.cat_check_before_trunc = cat_check_before_trunc
 
-    def go_left(self, x: torch.Tensor, node: torch.Tensor) -> torch.Tensor:
-        """Decision of flat node ids ``node [B, M]`` for rows ``x [B, F]``."""
+    def go_left(
+        self, x: torch.Tensor, node: torch.Tensor, *, transposed: bool = False
+    ) -> torch.Tensor:
+        """Decision of flat node ids ``node [B, M]`` for rows ``x [B, F]``.
+
+        ``transposed``: ``x`` is ``[F, B]`` and ``node`` ``[M, B]`` (trees outermost).
+        """
         packed = self.packed[node]
-        v = torch.gather(x, 1, packed & _FEATURE_MASK)
+        v = torch.gather(x, 0 if transposed else 1, (packed & _FEATURE_MASK).to(torch.int64))
         thr = (self.thr32 if x.dtype == torch.float32 else self.thr64.to(x.dtype))[node]
         left = v <= thr
         missing = torch.isnan(v)
         if self.has_zero:
-            zero = zero_threshold(np.float32 if x.dtype == torch.float32 else np.float64)
+            zero = self.zero[np.float32 if x.dtype == torch.float32 else np.float64]
             missing = missing | ((packed & _MISSING_ZERO) != 0) & (v.abs() <= zero)
         left = torch.where(missing, (packed & _DEFAULT_LEFT) != 0, left)
         if self.has_cat:
@@ -98,6 +109,13 @@ class NodeTest(nn.Module):
         in_left = ((self.bits_left[at] >> bit) & 1).bool()
         known = ((self.bits_known[at] >> bit) & 1).bool()
         return torch.where(valid & known, in_left, self.cat_unknown_left[node])
+
+
+def _across(per_tree: torch.Tensor, x: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """A per-tree vector broadcast over the rows of ``x``: ``[B, T]``, or ``[T, B]``."""
+    if transposed:
+        return per_tree[:, None].expand(-1, x.shape[1])
+    return per_tree.expand(x.shape[0], -1)
 
 
 class TreeTraversal(nn.Module):
@@ -119,12 +137,14 @@ class TreeTraversal(nn.Module):
         children = np.stack([layout.left + base, layout.right + base], axis=-1)
         _buffer(self, "child", children.reshape(-1))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        node = self.base.expand(x.shape[0], -1).clone()
+    def forward(self, x: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
+        """Leaf positions ``[B, T]``; ``transposed``: ``x [F, B]`` -> ``[T, B]``."""
+        base = _across(self.base, x, transposed)
+        node = base
         for _ in range(self.depth):
-            right = ~self.test.go_left(x, node)
+            right = ~self.test.go_left(x, node, transposed=transposed)
             node = self.child[2 * node + right.to(torch.int64)]
-        return node - self.base  # IR node id == leaf table position
+        return node - base  # IR node id == leaf table position
 
 
 class PerfectTreeTraversal(nn.Module):
@@ -141,11 +161,12 @@ class PerfectTreeTraversal(nn.Module):
         n_trees, width = layout.params.feature.shape
         _buffer(self, "base", np.arange(n_trees, dtype=np.int64) * width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (int(x.shape[0]), int(self.base.shape[0]))
-        pos = torch.zeros(shape, dtype=torch.int64, device=x.device)
+    def forward(self, x: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
+        """Leaf positions ``[B, T]``; ``transposed``: ``x [F, B]`` -> ``[T, B]``."""
+        base = _across(self.base, x, transposed)
+        pos = torch.zeros_like(base)
         for _ in range(self.depth):
-            right = ~self.test.go_left(x, self.base + pos)
+            right = ~self.test.go_left(x, base + pos, transposed=transposed)
             pos = 2 * pos + 1 + right.to(torch.int64)
         return pos - (2**self.depth - 1)
 
@@ -197,10 +218,16 @@ class LeafSum(nn.Module):
         self.value = self.value.to(dtype)
         _buffer(self, "native_id", leaves.native_id.reshape(-1))
         self.grouped = leaves.group is not None
+        self.round_robin = False
         if leaves.group is not None:
             _buffer(self, "group", leaves.group)
+            cycle = np.arange(n_trees) % n_outputs
+            self.round_robin = n_trees % n_outputs == 0 and np.array_equal(leaves.group, cycle)
 
-    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, pos: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
+        """Margins ``[B, K]`` of leaf positions ``[B, T]`` (``transposed``: ``[T, B]``)."""
+        if transposed:
+            return self._sum_trees_first(pos)
         flat = pos + self.base
         vals = self.value[flat]  # [B, T] or [B, T, K]
         if self.vector:
@@ -209,6 +236,17 @@ class LeafSum(nn.Module):
             out = torch.zeros((pos.shape[0], self.n_outputs), dtype=vals.dtype, device=pos.device)
             return out.index_add_(1, self.group, vals)
         return vals.sum(dim=1, keepdim=True)
+
+    def _sum_trees_first(self, pos: torch.Tensor) -> torch.Tensor:
+        vals = self.value[pos + self.base[:, None]]  # [T, B] or [T, B, K]
+        if self.vector:
+            return vals.sum(dim=0)
+        if self.round_robin:  # tree t adds to output t % K: a reshape, no scatter
+            return vals.view(-1, self.n_outputs, pos.shape[1]).sum(dim=0).t()
+        if self.grouped:
+            out = torch.zeros((self.n_outputs, pos.shape[1]), dtype=vals.dtype, device=pos.device)
+            return out.index_add_(0, self.group, vals).t()
+        return vals.sum(dim=0).unsqueeze(1)
 
     def native_ids(self, pos: torch.Tensor) -> torch.Tensor:
         return self.native_id[pos + self.base]

@@ -1,0 +1,463 @@
+"""Everything GPU-related, measured in one call: parity, throughput, end to end, OOM.
+
+Sections, each written as markdown under ``--out`` as soon as it is done (a call cut
+short still returns what finished):
+
+* ``parity``: the Hypothesis parity file on the device, then every strategy on probe
+  rows (thresholds and their neighbours, NaN, +-inf, unseen categories) in float32 and
+  float64, leaves and outputs against the framework's own predictor;
+* ``throughput``: rows/s per strategy at batches of 1k, 64k, 1M and 16M rows (input
+  already on the device), Hummingbird on the device, native on every CPU core;
+* ``e2e``: Parquet to Parquet through ``score_parquet`` against reading and writing
+  the same files alone;
+* ``oom``: a batch larger than the device memory left free, split and retried, against
+  the same batch scored without pressure.
+
+On a machine without CUDA, ``--dry-run`` runs every section with tiny sizes on the CPU
+(``make test`` does, so that the suite cannot rot).  See README.md beside this file.
+
+    python benchmarks/gpu/suite.py [--out DIR] [--dry-run] [--sections parity,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import scoring  # noqa: E402
+from models import GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
+from scoring._backends.hummingbird import HB_STRATEGIES  # noqa: E402
+from scoring._compiler import STRATEGIES  # noqa: E402
+from scoring._parity import max_error, probe_frame, probe_rows  # noqa: E402
+from scoring.errors import ScoringError  # noqa: E402
+
+Builder = Callable[[], Any]
+#: pytest's summary lines, apart from the noise libraries print while shutting down.
+SUMMARY = re.compile(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)")
+SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis")
+#: time.monotonic() past which a section starts nothing long (set by --budget).
+DEADLINE = float("inf")
+#: Throughput variants run: those whose name contains this (set by --variants).
+VARIANTS = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    batches: tuple[int, ...]
+    e2e_rows: int
+    e2e_file_rows: int
+    oom_rows: int
+    recipes: tuple[Recipe, ...]
+    parity_recipes: tuple[Recipe, ...]
+
+
+FULL = Sizes(
+    batches=(1_000, 64_000, 1_000_000, 16_000_000),
+    e2e_rows=8_000_000,
+    e2e_file_rows=1_000_000,
+    oom_rows=8_000_000,
+    recipes=tuple(GPU_RECIPES),
+    parity_recipes=tuple(SMALL_RECIPES),
+)
+
+
+def tiny(recipe: Recipe) -> Recipe:
+    params = {**recipe.params, **({"num_leaves": 16} if "num_leaves" in recipe.params else {})}
+    return dataclasses.replace(
+        recipe, name=f"{recipe.name} (tiny)", n_trees=8, depth=4, n_rows=1_000, params=params
+    )
+
+
+DRY = Sizes(
+    batches=(1_000, 4_000),
+    e2e_rows=20_000,
+    e2e_file_rows=10_000,
+    oom_rows=4_000,
+    recipes=tuple(tiny(r) for r in GPU_RECIPES),
+    parity_recipes=tuple(r for r in SMALL_RECIPES if r.name in ("xgb_clf", "lgb_cat")),
+)
+
+
+def machine() -> str:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{os.cpu_count()} CPU cores ({platform.machine()}), {gpu}, torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+class Report:
+    """One markdown file per section, rewritten after every line (partial runs count)."""
+
+    def __init__(self, out: Path, section: str, title: str, device: str):
+        self.path = out / f"gpu_{section}.md"
+        self.lines = [f"# {title} ({date.today()})", "", f"Machine: {machine()}.", ""]
+        self.device = device
+
+    def add(self, *lines: str) -> None:
+        self.lines += lines
+        for line in lines:
+            print(line, flush=True)
+        self.path.write_text("\n".join(self.lines) + "\n")
+
+
+def timed(fn: Callable[[], Any], *, budget: float = 0.6, most: int = 10) -> float:
+    """Median seconds of ``fn()`` after a warm-up, measured with device events on CUDA."""
+    fn()
+    first = _once(fn)
+    reps = int(min(most, max(2, budget / max(first, 1e-6))))
+    return statistics.median([first] + [_once(fn) for _ in range(reps - 1)])
+
+
+def _once(fn: Callable[[], Any]) -> float:
+    if not torch.cuda.is_available():
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1000
+
+
+def failure(exc: BaseException) -> str:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "OOM"
+    return (
+        f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}" if str(exc) else type(exc).__name__
+    )
+
+
+# -- parity -------------------------------------------------------------------------
+
+
+def parity(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "parity", "Parity on the device against the native predictor", device)
+    report.add(
+        f"Every strategy on {device} on probe rows (each threshold and its neighbours, NaN,",
+        "+-inf, unseen categories): max error of predict_proba (predict for regressors)",
+        "against native, and whether every row's leaf equals native's (HistGradientBoosting",
+        "has no apply: '-').",
+        "",
+        "| model | strategy | input | rows | max error | leaves |",
+        "|---|---|---|---:|---:|---|",
+    )
+    for recipe in sizes.parity_recipes:
+        model = recipe.build()
+        for strategy in STRATEGIES:
+            for dtype in (np.float32, np.float64):
+                if time.monotonic() > DEADLINE:
+                    return report.add("Stopped: the suite's time budget ran out.")
+                report.add(_parity_row(recipe, model, strategy, dtype, device))
+
+
+def hypothesis(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    """tests/test_parity.py's tensor checks and the CUDA tests, run on the device."""
+    report = Report(out, "hypothesis", f"The Hypothesis parity suite on {device}", device)
+    env = {**os.environ, "SCORING_TEST_DEVICE": device, "PYTHONUNBUFFERED": "1"}
+    # Other library versions than the project pins: their deprecations are not ours here.
+    quiet = ["-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *quiet,
+           "tests/test_parity.py", "tests/test_compile.py",
+           "-k", "tensor_matches_native or cuda"]  # fmt: skip
+    if dry:
+        cmd += ["-k", "xgb_clf and tensor_matches_native and gemm"]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=max(30.0, DEADLINE - time.monotonic()))  # fmt: skip
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        tail = [
+            line
+            for line in lines
+            if re.match(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)", line)
+        ]
+        tail = tail or lines[-20:]
+    except subprocess.TimeoutExpired:
+        tail = ["stopped: the suite's time budget ran out"]
+    report.add("```", *tail, "```")
+
+
+def _parity_row(recipe: Recipe, model: Any, strategy: str, dtype: type, device: str) -> str:
+    head = f"| {recipe.name} | {strategy} | {np.dtype(dtype).name}"
+    try:
+        cm = scoring.compile(model, backend="tensor", device=device, strategy=strategy)
+        native = scoring.compile(model, backend="native")
+        X = probe_frame(cm.forest) if recipe.frame else probe_rows(cm.forest, n_rows=4096)
+        if not recipe.frame:
+            X = X.astype(dtype)
+        elif dtype == np.float32:
+            return f"{head} | - | frame input | - |"
+        clf = cm.forest.task in ("binary", "multiclass")
+        ours = cm.predict_proba(X) if clf else cm.predict(X)
+        ref = native.predict_proba(X) if clf else native.predict(X)
+        leaves = "-"
+        if not cm.forest.model_kind.startswith("HistGradientBoosting"):
+            same = np.array_equal(cm.predict_leaf(X), native.predict_leaf(X))
+            leaves = "equal" if same else "DIFFER"
+        return f"{head} | {len(X):,} | {max_error(ours, ref):.1e} | {leaves} |"
+    except (ScoringError, RuntimeError) as exc:
+        return f"{head} | - | {failure(exc)} | - |"
+
+
+# -- throughput ---------------------------------------------------------------------
+
+
+def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "throughput", "Throughput by batch size", device)
+    cols = " | ".join(f"{b:,}" for b in sizes.batches)
+    report.add(
+        f"Rows/s of margins (tensor, Hummingbird: input already on {device}, median of",
+        "repeats timed with device events) and of native predict_proba on every CPU core",
+        "(numpy input). Compile: seconds to build the scorer.",
+        "",
+        f"| model | variant | compile s | {cols} |",
+        "|---|---|---:|" + "---:|" * len(sizes.batches),
+    )
+    for recipe in sizes.recipes:
+        model = recipe.build()
+        top = max(sizes.batches)
+        base, _ = make_data(recipe, seed=1, n_rows=min(top, 1_000_000))
+        X = np.resize(np.asarray(base, dtype=np.float32), (top, recipe.n_features))
+        x_dev = torch.from_numpy(X).to(device)
+        for variant, build in _variants(model, device, x_dev[: min(top, 1 << 19)]):
+            if VARIANTS not in variant:
+                continue
+            report.add(_throughput_row(recipe.name, variant, build, X, x_dev, sizes.batches))
+        del x_dev
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _variants(model: Any, device: str, sample: torch.Tensor) -> list[tuple[str, Builder]]:
+    def tensor(strategy: str) -> Builder:
+        def build() -> Any:
+            cm = scoring.compile(model, backend="tensor", device=device, strategy=strategy)
+            module = cm.implementation.module
+            for rows in (1, len(sample)):  # compiles each block size fused will use
+                module(sample[:rows])
+            return module
+
+        return build
+
+    def hummingbird(strategy: str) -> Builder:
+        def build() -> Any:
+            cm = scoring.compile(
+                model, backend="hummingbird", device=device, strategy=strategy, verify=False
+            )
+            return cm.implementation.model.model  # hummingbird's own torch executor
+
+        return build
+
+    def native() -> Any:
+        cm = scoring.compile(model, backend="native")
+        return lambda x: cm.predict_proba(x.cpu().numpy() if isinstance(x, torch.Tensor) else x)
+
+    depth = scoring.compile(model, backend="native").forest.max_depth
+    out: list[tuple[str, Builder]] = [(f"tensor {s}", tensor(s)) for s in STRATEGIES]
+    for strategy in HB_STRATEGIES:
+        if strategy == "perfect_tree_traversal" and depth > 12:
+            continue  # hummingbird allocates 2**depth nodes per tree: the host runs out
+        out.append((f"hummingbird {strategy}", hummingbird(strategy)))
+    out.append((f"native ({os.cpu_count()} cores)", native))
+    return out
+
+
+def _throughput_row(
+    name: str, variant: str, build: Callable[[], Any], X: np.ndarray, x_dev: torch.Tensor,
+    batches: tuple[int, ...],
+) -> str:  # fmt: skip
+    start = time.perf_counter()
+    try:
+        fn = build()
+    except (ScoringError, RuntimeError) as exc:
+        return f"| {name} | {variant} | {failure(exc)} |" + " - |" * len(batches)
+    cells = [f"{time.perf_counter() - start:.1f}"]
+    host = variant.startswith("native")
+    slow = False
+    for batch in batches:
+        if slow or (host and batch > 1_000_000) or time.monotonic() > DEADLINE:
+            cells.append("-")
+            continue
+        rows = X[:batch] if host else x_dev[:batch]
+        try:
+            with torch.inference_mode():
+                seconds = timed(lambda rows=rows: fn(rows))
+            cells.append(f"{batch / seconds:,.0f}")
+            # Rows/s grows with the batch: the next size at this rate is an upper bound.
+            following = [b for b in batches if b > batch]
+            slow = bool(following) and seconds * following[0] / batch > 20
+        except (ScoringError, RuntimeError) as exc:
+            cells.append(failure(exc))
+            slow = True
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return f"| {name} | {variant} | " + " | ".join(cells) + " |"
+
+
+# -- end to end ---------------------------------------------------------------------
+
+
+def e2e(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "e2e", "Parquet to Parquet on the device against IO alone", device)
+    recipe = sizes.recipes[0]
+    work = Path(tempfile.mkdtemp(prefix="scoring-gpu-e2e-"))
+    model_path = work / "model.ubj"
+    recipe.build().save_model(model_path)
+    data = _write_input(work / "input", recipe, sizes)
+    io_seconds = timed(lambda: _io_only(data, work / "io-out"), budget=0, most=2)
+    report.add(
+        f"Model: {recipe.name}; {sizes.e2e_rows:,} rows of {recipe.n_features} float32 features "
+        f"in files of {sizes.e2e_file_rows:,} rows, page cache warm. IO alone: read every file",
+        "with pyarrow and write the id and one float32 column per row.",
+        "",
+        "| run | backend | seconds | rows/s | vs IO alone |",
+        "|---|---|---:|---:|---:|",
+        f"| IO alone | - | {io_seconds:.2f} | {sizes.e2e_rows / io_seconds:,.0f} | 100% |",
+    )
+    runs = [("tensor", device, "perfect_tree_traversal"), ("tensor", device, "fused"),
+            ("native", "cpu", "-")]  # fmt: skip
+    for backend, on, strategy in runs:
+        target = work / f"out-{backend}-{strategy}"
+        start = time.perf_counter()  # compiling is part of the run, as in a job
+        try:
+            cm = scoring.compile(model_path, backend=backend, device=on, strategy=strategy
+                                 if strategy != "-" else "auto")  # fmt: skip
+            scoring.score_parquet(data, target, cm, keep=["id"], progress=False)
+            seconds = time.perf_counter() - start
+            share = io_seconds / seconds
+            report.add(
+                f"| score_parquet ({cm.strategy or cm.backend}) | {backend} | "
+                f"{seconds:.2f} | {sizes.e2e_rows / seconds:,.0f} | {share:.0%} |"
+            )
+        except ScoringError as exc:
+            report.add(f"| score_parquet | {backend} | {failure(exc)} | - | - |")
+
+
+def _write_input(data: Path, recipe: Recipe, sizes: Sizes) -> Path:
+    data.mkdir(parents=True)
+    X, _ = make_data(recipe, seed=7, n_rows=sizes.e2e_file_rows)
+    cols = {f"f{j}": np.asarray(X[:, j], dtype=np.float32) for j in range(X.shape[1])}
+    for i, start in enumerate(range(0, sizes.e2e_rows, sizes.e2e_file_rows)):
+        ids = np.arange(start, start + sizes.e2e_file_rows)
+        pq.write_table(pa.table({"id": ids, **cols}), data / f"part-{i:05d}.parquet")
+    return data
+
+
+def _io_only(data: Path, target: Path) -> None:
+    target.mkdir(exist_ok=True)
+    for path in sorted(data.glob("*.parquet")):
+        table = pq.read_table(path)
+        column = table.column("f0").combine_chunks()
+        pq.write_table(pa.table({"id": table.column("id"), "score": column}), target / path.name)
+
+
+# -- out of memory ------------------------------------------------------------------
+
+
+def oom(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "oom", "A batch larger than free device memory", device)
+    if device != "cuda":
+        report.add("Skipped: needs a CUDA device (the split itself is tested on CPU).")
+        return
+    recipe = sizes.recipes[0]
+    # An eager strategy: its per-tree scratch is what the split has to fit.
+    strategy = "perfect_tree_traversal"
+    cm = scoring.compile(recipe.build(), backend="tensor", device=device, strategy=strategy)
+    backend = cm.implementation
+    X, _ = make_data(recipe, seed=3, n_rows=sizes.oom_rows)
+    X = np.asarray(X, dtype=np.float32)
+    features = pa.table({"f0": pa.array([0.0])})
+    reference, _ = backend.score(features, X, raw=False)
+    report.add(
+        f"Model: {recipe.name}, strategy {backend.strategy}; one batch of {len(X):,} rows "
+        f"({X.nbytes >> 20} MiB of input). A blocker tensor leaves only the free memory shown.",
+        "",
+        "| free MiB | outcome | batch rows after | same as unpressured |",
+        "|---:|---|---:|---|",
+    )
+    for free_mib in (4096, 1024, 512, 128):
+        backend.batch_rows = len(X)
+        torch.cuda.empty_cache()
+        available, _ = torch.cuda.mem_get_info()
+        blocker = torch.empty(
+            max(0, available - (free_mib << 20)), dtype=torch.uint8, device=device
+        )
+        try:
+            values, _ = backend.score(features, X, raw=False)
+            same = "yes" if np.array_equal(values, reference) else "NO"
+            report.add(f"| {free_mib:,} | scored | {backend.batch_rows:,} | {same} |")
+        except (ScoringError, RuntimeError) as exc:
+            report.add(f"| {free_mib:,} | {failure(exc)} | - | - |")
+        finally:
+            del blocker
+
+
+# -- driver -------------------------------------------------------------------------
+
+RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
+    "parity": parity,
+    "throughput": throughput,
+    "e2e": e2e,
+    "oom": oom,
+    "hypothesis": hypothesis,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-results")))
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes; CPU without CUDA")
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--variants", default="", help="throughput: only names containing this")
+    parser.add_argument("--budget", type=float, default=540, help="seconds for all sections")
+    args = parser.parse_args(argv)
+    global DEADLINE, VARIANTS
+    DEADLINE = time.monotonic() + args.budget
+    VARIANTS = args.variants
+    warnings.filterwarnings("ignore")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not args.dry_run:
+        parser.error("no CUDA device: pass --dry-run to run the suite with tiny sizes on CPU")
+    args.out.mkdir(parents=True, exist_ok=True)
+    sizes = DRY if args.dry_run else FULL
+    print(f"machine: {machine()}", flush=True)
+    failed = []
+    for section in args.sections.split(","):
+        start = time.perf_counter()
+        try:
+            RUNNERS[section](args.out, sizes, device, args.dry_run)
+        except Exception:  # one section's crash must not cost the others' results
+            traceback.print_exc()
+            failed.append(section)
+        print(f"== {section}: {time.perf_counter() - start:.0f} s", flush=True)
+    if failed:
+        print(f"sections that crashed: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fetch, on a machine with package-index access, the wheels the GPU machine lacks
+# (Python 3.12, manylinux x86-64) into .whl/ (git-ignored), so that the suite installs
+# them there with --no-index.  xgboost-cpu rather than the CUDA xgboost wheel: the
+# native reference runs on the CPU cores and the CUDA wheel alone is over the 64 MiB a
+# call may carry.  Versions: the ones this project is tested with.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dest=.whl
+mkdir -p "$dest"
+wheels=(
+  xgboost-cpu==3.2.0 lightgbm==4.7.0 hummingbird-ml==0.4.12 onnxconverter-common==1.16.0
+  dill==0.4.1 skops==0.16.0 prettytable==3.18.0 wcwidth==0.9.4 sqlalchemy==2.1.9
+  greenlet pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0
+  typing-inspection==0.4.5
+)
+platforms=()
+for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+         manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+  platforms+=(--platform "$p")
+done
+"${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: \
+  --python-version 3.12 --implementation cp "${platforms[@]}" -d "$dest" "${wheels[@]}"
+du -sh "$dest"

@@ -1,0 +1,92 @@
+"""The ``fused`` strategy: compiled row blocks, how often it compiles, and selection.
+
+Its parity with native on every recipe is in test_parity.py (it is one of STRATEGIES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import scoring
+from scoring._compiler import FUSED_MIN_TESTS, fused_pays
+from scoring._parity import probe_rows
+
+from .conftest import RECIPES, built
+
+
+def _graphs() -> int:
+    """Graphs torch.compile has traced in this process (each one a compilation)."""
+    return int(counters["stats"]["unique_graphs"])
+
+
+def test_a_job_with_ragged_batches_compiles_once(tmp_path: Path) -> None:
+    model, forest, native = built("lgb_cat")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    assert cm.strategy == "fused" and "compiled in row blocks" in cm.strategy_reason
+    rows = probe_rows(forest, n_rows=9_000, seed=5)
+    source = tmp_path / "input"
+    source.mkdir()
+    starts = [0, 1, 18, 4_114, 8_211, 9_000]  # files of 1, 17, 4096, 4097 and 789 rows
+    for i, (a, b) in enumerate(itertools.pairwise(starts)):
+        frame = pd.DataFrame(rows[a:b], columns=[f"f{j}" for j in range(rows.shape[1])])
+        frame.insert(0, "id", np.arange(a, b))
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), source / f"{i}.parquet")
+    before = _graphs()
+    scoring.score_parquet(source, tmp_path / "out", cm, keep=["id"], outputs="raw",
+                          progress=False)  # fmt: skip
+    assert _graphs() - before == 1  # one block size, one input dtype
+    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")
+    np.testing.assert_allclose(out["raw"], native.predict_raw(rows), rtol=1e-12, atol=1e-12)
+
+
+def test_every_row_of_a_padded_block_is_its_own() -> None:
+    model, forest, native = built("xgb_multi")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    rows = probe_rows(forest, n_rows=5_000, seed=9).astype(np.float32)
+    whole = cm.predict_raw(rows)
+    for n in (1, 7, 4_096, 4_097):  # a short block, a full one, one row past it
+        np.testing.assert_array_equal(cm.predict_raw(rows[:n]), whole[:n])
+    np.testing.assert_allclose(whole, native.predict_raw(rows), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(cm.predict_leaf(rows), native.predict_leaf(rows))
+
+
+def test_fused_is_timed_by_auto_only_where_a_compile_pays() -> None:
+    small = built("xgb_clf")[1]
+    assert not fused_pays(small)
+    cm = scoring.compile(built("xgb_clf")[0], device="cpu")
+    assert "tensor:fused" not in cm.selection
+    big = dataclasses.replace(RECIPES["xgb_clf"], n_trees=FUSED_MIN_TESTS // 4, depth=4)
+    cm = scoring.compile(big.build(), device="cpu")
+    assert fused_pays(cm.forest)
+    assert {"native", "tensor:fused"} <= set(cm.selection)
+    fastest = min(cm.selection, key=cm.selection.__getitem__)
+    assert fastest == (cm.backend if cm.strategy is None else f"tensor:{cm.strategy}")
+
+
+def test_auto_on_cuda_picks_fused_for_large_forests() -> None:
+    from scoring._compiler import choose_strategy
+
+    big = dataclasses.replace(RECIPES["xgb_clf"], n_trees=FUSED_MIN_TESTS // 4, depth=4)
+    forest = scoring.compile(big.build(), backend="native").forest
+    assert choose_strategy(forest, device=torch.device("cuda")).name == "fused"
+    assert choose_strategy(built("xgb_clf")[1], device=torch.device("cuda")).name != "fused"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fused_on_cuda_matches_native() -> None:
+    for name in ("xgb_clf", "lgb_cat", "sk_rf_clf"):
+        model, forest, native = built(name)
+        cm = scoring.compile(model, backend="tensor", device="cuda", strategy="fused")
+        rows = probe_rows(forest, n_rows=3_000)
+        np.testing.assert_allclose(cm.predict_raw(rows), native.predict_raw(rows), atol=1e-5)
+        np.testing.assert_array_equal(cm.predict_leaf(rows), native.predict_leaf(rows))
