@@ -88,7 +88,7 @@ def main() -> None:
             try:
                 speed, err = measure(model, X, backend, strategy, device)
                 row = f"{speed:,.0f} | {err:.1e}"
-            except scoring.ScoringError as exc:
+            except (scoring.ScoringError, MemoryError) as exc:
                 row = f"failed | {type(exc).__name__}"
             line = f"| {recipe.name} | {backend} | {strategy} | {device} | {row} |"
             print(line, flush=True)

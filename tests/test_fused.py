@@ -54,8 +54,10 @@ def test_every_row_of_a_padded_block_is_its_own() -> None:
     cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
     rows = probe_rows(forest, n_rows=5_000, seed=9).astype(np.float32)
     whole = cm.predict_raw(rows)
-    for n in (1, 7, 4_096, 4_097):  # a short block, a full one, one row past it
+    before = _graphs()
+    for n in (0, 1, 7, 4_096, 4_097):  # none, a short block, a full one, one row past it
         np.testing.assert_array_equal(cm.predict_raw(rows[:n]), whole[:n])
+    assert _graphs() == before  # the same block shape throughout
     np.testing.assert_allclose(whole, native.predict_raw(rows), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(cm.predict_leaf(rows), native.predict_leaf(rows))
 
