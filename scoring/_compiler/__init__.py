@@ -20,14 +20,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 from torch import nn
 
 from .._ir import Forest
 from ..errors import CompileError, ResourceLimitError
 from .fused import FusedBlocks
-from .kernels import Gemm, LeafSum, NodeTest, PerfectTreeTraversal, TreeTraversal
+from .kernels import (
+    ZERO_THRESHOLD,
+    Gemm,
+    LeafSum,
+    NodeTest,
+    PerfectTreeTraversal,
+    TreeTraversal,
+)
 from .tables import (
     LeafTables,
     NodeParams,
@@ -36,7 +42,6 @@ from .tables import (
     perfect_layout,
     perfect_layout_bytes,
     traversal_layout,
-    zero_threshold,
 )
 from .transforms import transform
 
@@ -92,13 +97,18 @@ def choose_strategy(
     if depth <= gemm_depth:
         return StrategyChoice("gemm", f"max depth {depth} <= {gemm_depth}")
     need = perfect_layout_bytes(forest)
-    if depth <= 10 and need <= max_perfect_bytes:
+    if _perfect_fits(forest, max_perfect_bytes):
         return StrategyChoice(
             "perfect_tree_traversal", f"max depth {depth} <= 10, layout {need >> 20} MiB"
         )
     return StrategyChoice(
         "tree_traversal", f"max depth {depth} > 10 or perfect layout {need >> 20} MiB too large"
     )
+
+
+def _perfect_fits(forest: Forest, max_bytes: int) -> bool:
+    """Whether the perfect layout is worth it (depth <= 10) and within its memory limit."""
+    return forest.max_depth <= 10 and perfect_layout_bytes(forest) <= max_bytes
 
 
 def fused_pays(forest: Forest) -> bool:
@@ -136,7 +146,6 @@ class TensorForest(nn.Module):
         )
         self.scale = 1.0 / forest.n_trees if forest.average else 1.0
         self.zero_snap = forest.zero_snap
-        self.zero = {dt: float(zero_threshold(dt)) for dt in (np.float32, np.float64)}
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
 
@@ -154,7 +163,7 @@ class TensorForest(nn.Module):
     def _snapped(self, x: torch.Tensor) -> torch.Tensor:
         if not self.zero_snap:
             return x
-        zero = self.zero[np.float32 if x.dtype == torch.float32 else np.float64]
+        zero = ZERO_THRESHOLD[x.dtype]
         return torch.where(x.abs() <= zero, torch.zeros_like(x), x)
 
     def _leaf_positions(self, x: torch.Tensor) -> torch.Tensor:
@@ -241,8 +250,7 @@ def _traversal(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes
 
 def _fused(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
     """The perfect walk where it fits (no child gathers), else the plain one, compiled."""
-    perfect = forest.max_depth <= 10 and perfect_layout_bytes(forest) <= max_bytes
-    built = (_perfect if perfect else _traversal)(forest, test, max_bytes)
+    built = (_perfect if _perfect_fits(forest, max_bytes) else _traversal)(forest, test, max_bytes)
     return replace(built, row_cost=forest.n_features, fused=True)  # no [B, T] scratch
 
 

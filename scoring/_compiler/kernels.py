@@ -35,6 +35,12 @@ def _buffer(module: nn.Module, name: str, array: np.ndarray) -> None:
 #: halves the bytes the walk moves per node against int64.
 _DEFAULT_LEFT, _MISSING_ZERO, _IS_CAT = 1 << 28, 1 << 29, 1 << 30
 _FEATURE_MASK = (1 << 28) - 1
+#: :func:`zero_threshold` by input dtype, as plain floats: the node test is traced by
+#: torch.compile, which cannot call numpy.
+ZERO_THRESHOLD = {
+    torch.float32: float(zero_threshold(np.float32)),
+    torch.float64: float(zero_threshold(np.float64)),
+}
 
 
 class NodeTest(nn.Module):
@@ -68,8 +74,6 @@ class NodeTest(nn.Module):
         _buffer(self, "thr32", threshold32(p.threshold).reshape(-1))
         _buffer(self, "thr64", p.threshold.reshape(-1))
         self.has_zero = bool(p.missing_zero.any())
-        # Plain floats: the node test is traced by torch.compile, which cannot call numpy.
-        self.zero = {dt: float(zero_threshold(dt)) for dt in (np.float32, np.float64)}
         self.has_cat = bool(p.is_cat.any())
         _buffer(self, "cat_row", p.cat_row.reshape(-1))
         _buffer(self, "cat_unknown_left", p.cat_unknown_left.reshape(-1))
@@ -91,7 +95,7 @@ class NodeTest(nn.Module):
         left = v <= thr
         missing = torch.isnan(v)
         if self.has_zero:
-            zero = self.zero[np.float32 if x.dtype == torch.float32 else np.float64]
+            zero = ZERO_THRESHOLD[x.dtype]
             missing = missing | ((packed & _MISSING_ZERO) != 0) & (v.abs() <= zero)
         left = torch.where(missing, (packed & _DEFAULT_LEFT) != 0, left)
         if self.has_cat:
