@@ -1,8 +1,10 @@
 """Seconds from a model file to its first scored row with strategy ``fused``: the first
-process (empty compile cache) and a second one (the cache the first one filled).
+process (empty caches) and a second one (the package the first one left).
 
-Each measurement is its own process with ``TORCHINDUCTOR_CACHE_DIR`` pointing at one
-fresh folder, as a Ray actor, a Spark worker or tomorrow's run would find it.  Writes
+Each measurement is its own process with ``TORCHINDUCTOR_CACHE_DIR`` and
+``SCORING_COMPILE_CACHE`` in one fresh folder, as a Ray actor, a Spark worker or
+tomorrow's run would find them; the first process waits for its package builder
+before it exits, and that wait is reported apart.  Writes
 a markdown table naming the machine to benchmarks/results/.
 
     python benchmarks/compile_cache.py [--out PATH]
@@ -33,11 +35,16 @@ def child(model_path: str) -> None:
     cm = scoring.compile(model_path, backend="tensor", device="cpu", strategy="fused")
     cm.predict_raw(np.zeros((1, cm.forest.n_features), dtype=np.float32))
     done = time.perf_counter()
-    print(json.dumps({"import": imported - start, "compile": done - imported}))
+    store = cm.implementation.module.blocks.store
+    codes = store.wait() if store else []  # the package for the next process
+    built = time.perf_counter()
+    report = {"import": imported - start, "compile": done - imported, "package": built - done}
+    print(json.dumps({**report, "builders": codes, "dynamo": "torch._dynamo" in sys.modules}))
 
 
 def measure(model_path: Path, cache: Path) -> dict[str, float]:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+           "SCORING_COMPILE_CACHE": str(cache / "packages")}  # fmt: skip
     args = [sys.executable, __file__, "--child", str(model_path)]
     out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
@@ -61,15 +68,17 @@ def main() -> None:
              f"Machine: {os.cpu_count()} CPU cores ({platform.machine()}), torch "
              f"{torch.__version__}. Seconds from `scoring.compile(model file)` to the first "
              "scored row; each run a new process.", "",
-             "| model | first process (empty cache) | second process | import scoring |",
-             "|---|---:|---:|---:|"]  # fmt: skip
+             "| model | first process (empty caches) | its package built after | "
+             "second process | Dynamo imported in second | import scoring |",
+             "|---|---:|---:|---:|---|---:|"]  # fmt: skip
     for recipe in BENCHMARK_RECIPES[:2]:
         work = Path(tempfile.mkdtemp(prefix="scoring-cache-"))
         model = recipe.build()
         path = work / ("model.ubj" if recipe.framework == "xgboost" else "model.txt")
         (model if recipe.framework == "xgboost" else model.booster_).save_model(path)
         first, second = measure(path, work / "cache"), measure(path, work / "cache")
-        lines.append(f"| {recipe.name} | {first['compile']:.1f} | {second['compile']:.1f} | "
+        lines.append(f"| {recipe.name} | {first['compile']:.1f} | {first['package']:.1f} | "
+                     f"{second['compile']:.1f} | {'yes' if second['dynamo'] else 'no'} | "
                      f"{second['import']:.1f} |")  # fmt: skip
         print(lines[-1], flush=True)
     out.write_text("\n".join(lines) + "\n")

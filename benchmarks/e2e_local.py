@@ -106,6 +106,8 @@ def measure(
 
 
 def main() -> None:
+    # No package builder beside the timings (compile_cache.py measures packages).
+    os.environ.setdefault("SCORING_COMPILE_CACHE", "off")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--memory-rows", type=int, default=40_000_000)

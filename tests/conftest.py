@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from functools import cache
 from typing import Any
@@ -16,6 +17,9 @@ from scoring._frameworks import import_model
 from scoring._ir import Forest
 
 warnings.filterwarnings("ignore", category=UserWarning)
+# No background package builders (scoring/_compiler/packages.py) for every fused model
+# the suite compiles: test_packages.py turns them on where it tests them.
+os.environ["SCORING_COMPILE_CACHE"] = "off"
 
 RECIPES = {r.name: r for r in SMALL_RECIPES}
 

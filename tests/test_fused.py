@@ -19,6 +19,7 @@ from torch._dynamo.utils import counters
 
 import scoring
 from scoring._compiler import FUSED_MIN_TESTS, fused_pays
+from scoring._compiler.kernels import depth_stages
 from scoring._parity import probe_rows
 
 from .conftest import RECIPES, built
@@ -92,3 +93,19 @@ def test_fused_on_cuda_matches_native() -> None:
         rows = probe_rows(forest, n_rows=3_000)
         np.testing.assert_allclose(cm.predict_raw(rows), native.predict_raw(rows), atol=1e-5)
         np.testing.assert_array_equal(cm.predict_leaf(rows), native.predict_leaf(rows))
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4, 30])
+def test_depth_stages_walk_every_tree_to_its_leaves_and_no_further_than_needed(
+    stages: int,
+) -> None:
+    depths = np.random.default_rng(stages).integers(0, 31, size=500)
+    plan = depth_stages(depths, stages=stages)
+    walked = np.zeros(depths.size, dtype=np.int64)  # trees sorted deepest first
+    for count, levels in plan:
+        walked[:count] += levels
+    assert np.array_equal(walked >= np.sort(depths)[::-1], np.ones(depths.size, bool))
+    assert sum(levels for _, levels in plan) == depths.max()
+    assert walked.sum() <= depths.size * depths.max()
+    if stages > 1:
+        assert walked.sum() < depths.size * depths.max()  # the shallow trees stop early

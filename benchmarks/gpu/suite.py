@@ -11,7 +11,9 @@ short still returns what finished):
 * ``e2e``: Parquet to Parquet through ``score_parquet`` against reading and writing
   the same files alone;
 * ``oom``: a batch larger than the device memory left free, split and retried, against
-  the same batch scored without pressure.
+  the same batch scored without pressure;
+* ``packages``: strategy ``fused`` compiled in one process, then the ahead-of-time
+  package it leaves loaded by a second process: seconds, and whether outputs agree.
 
 On a machine without CUDA, ``--dry-run`` runs every section with tiny sizes on the CPU
 (``make test`` does, so that the suite cannot rot).  See README.md beside this file.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import re
@@ -56,7 +59,7 @@ from scoring.errors import ScoringError  # noqa: E402
 Builder = Callable[[], Any]
 #: pytest's summary lines, apart from the noise libraries print while shutting down.
 SUMMARY = re.compile(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)")
-SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis")
+SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis", "packages")
 #: time.monotonic() past which a section starts nothing long (set by --budget).
 DEADLINE = float("inf")
 #: Throughput variants run: those whose name contains this (set by --variants).
@@ -416,6 +419,62 @@ def oom(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
             del blocker
 
 
+# -- packages -----------------------------------------------------------------------
+
+#: The second process of ``packages``: compile, score, report as one JSON line.
+_SECOND = """
+import json, sys, time
+import numpy as np, torch
+import scoring
+began = time.perf_counter()
+cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[3], strategy="fused")
+out = cm.predict_raw(np.load(sys.argv[2]))
+seconds = time.perf_counter() - began
+np.save(sys.argv[4], out)
+print(json.dumps({"seconds": seconds, "dynamo": "torch._dynamo" in sys.modules}))
+"""
+
+
+def packages(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "packages", "Compiled packages of strategy fused", device)
+    report.add("| model | first process | package built after | second process | "
+               "Dynamo in second | max diff |", "|---|---:|---:|---:|---|---:|")  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="scoring-gpu-packages-"))
+    os.environ["SCORING_COMPILE_CACHE"] = str(work / "packages")
+    try:
+        for recipe in sizes.recipes[: 1 if dry else 2]:
+            report.add(_packages_row(recipe, work, device))
+    finally:
+        os.environ["SCORING_COMPILE_CACHE"] = "off"
+
+
+def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
+    model = recipe.build()
+    path = work / ("model.ubj" if recipe.framework == "xgboost" else "model.txt")
+    (model if recipe.framework == "xgboost" else model.booster_).save_model(path)
+    rows = np.asarray(make_data(recipe, seed=2, n_rows=5_000)[0], dtype=np.float32)
+    np.save(work / "rows.npy", rows)
+    began = time.perf_counter()
+    cm = scoring.compile(path, backend="tensor", device=device, strategy="fused")
+    first = cm.predict_raw(rows)
+    compiled = time.perf_counter() - began
+    store = cm.implementation.module.blocks.store
+    codes = store.wait() if store else []
+    built = time.perf_counter() - began - compiled
+    if codes != [0]:
+        return f"| {recipe.name} | {compiled:.1f} | builder exit {codes} | - | - | - |"
+    args = [sys.executable, "-c", _SECOND, str(path), str(work / "rows.npy"), device,
+            str(work / "second.npy")]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ))
+    if done.returncode != 0:
+        crash = failure(RuntimeError(done.stderr[-300:]))
+        return f"| {recipe.name} | {compiled:.1f} | {built:.1f} | {crash} | - | - |"
+    second = json.loads(done.stdout.strip().splitlines()[-1])
+    diff = float(np.abs(np.load(work / "second.npy") - first).max())
+    return (f"| {recipe.name} | {compiled:.1f} | {built:.1f} | {second['seconds']:.1f} | "
+            f"{'yes' if second['dynamo'] else 'no'} | {diff:.1e} |")  # fmt: skip
+
+
 # -- driver -------------------------------------------------------------------------
 
 RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
@@ -424,6 +483,7 @@ RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
     "e2e": e2e,
     "oom": oom,
     "hypothesis": hypothesis,
+    "packages": packages,
 }
 
 
@@ -439,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     DEADLINE = time.monotonic() + args.budget
     VARIANTS = args.variants
     warnings.filterwarnings("ignore")
+    # No package builders beside the timings; the packages section turns them on.
+    os.environ["SCORING_COMPILE_CACHE"] = "off"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not args.dry_run:
         parser.error("no CUDA device: pass --dry-run to run the suite with tiny sizes on CPU")

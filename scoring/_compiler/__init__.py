@@ -158,7 +158,7 @@ class TensorForest(nn.Module):
     def compile_blocks(self) -> None:
         """Route :meth:`forward` through compiled row blocks (once on its device)."""
         device = self.base_score.device
-        self.blocks = FusedBlocks(self._margins, device=device)
+        self.blocks = FusedBlocks(_PreparedWalk(self), prepare=self._prepared, device=device)
 
     def _snapped(self, x: torch.Tensor) -> torch.Tensor:
         if not self.zero_snap:
@@ -169,15 +169,27 @@ class TensorForest(nn.Module):
     def _leaf_positions(self, x: torch.Tensor) -> torch.Tensor:
         return self.paths(self._snapped(x))
 
+    def _prepared(self, x: torch.Tensor) -> torch.Tensor:
+        """Snapped rows, run eagerly once per block: compiled, the snap is repeated at
+        every node gather.  Row-major, since a block of rows' features then share cache
+        lines (feature-major measured slower)."""
+        return self._snapped(x).contiguous()
+
     def _sums(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.fused:
-            return self.leaves(self._leaf_positions(x))
+        return self.leaves(self._leaf_positions(x))
+
+    def _prepared_sums(self, x: torch.Tensor) -> torch.Tensor:
         # Trees outermost: a block's walk is elementwise over [T, B] (see .fused).
-        positions = self.paths(self._snapped(x).t(), transposed=True)
+        positions = self.paths(x.t(), transposed=True)
         return self.leaves(positions, transposed=True)
 
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
-        total = self._sums(x)
+        return self._finish(self._sums(x))
+
+    def _prepared_margins(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(self._prepared_sums(x))
+
+    def _finish(self, total: torch.Tensor) -> torch.Tensor:
         if self.scale != 1.0:
             total = total * self.scale
         return total + self.base_score
@@ -187,6 +199,17 @@ class TensorForest(nn.Module):
         chunks = torch.split(x, self.chunk_rows)
         parts = [self.leaves.native_ids(self._leaf_positions(c)) for c in chunks]
         return torch.cat(parts) if parts else self.leaves.native_ids(self._leaf_positions(x))
+
+
+class _PreparedWalk(nn.Module):
+    """Prepared rows -> margins: the unit ``fused`` compiles (and packages)."""
+
+    def __init__(self, forest: TensorForest):
+        super().__init__()
+        self.forest = forest
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forest._prepared_margins(x)
 
 
 def compile_forest(

@@ -16,45 +16,58 @@ rows-outermost 132k rows/s, trees-outermost 193k, against native XGBoost's 140-1
 index bound assertions cost a further 30% and are off, since every index comes from
 tables this compiler built and inputs whose width was checked; int32 node tables
 (:class:`~.kernels.NodeTest`) took the integrated walk from 109k to 158-198k rows/s.
+Later, on the same machine: the LightGBM zero snap and ``isnan`` were recomputed at
+every gathered node; ``v != v`` is one vector compare, and the snap now runs once per
+block before the kernel (XGBoost 500x8: 113k -> 167k rows/s in one A/B run).  Walking
+trees in depth stages (:func:`~.kernels.depth_stages`) took LightGBM 500x256 from 29k
+to 42k in another (benchmarks/results/compile_throughput_cpu.md: 1.27x and 1.52x native).
 On an H100 the Triton code it generates ran 8x the best eager strategy and 4x
-Hummingbird's best (benchmarks/results/gpu/).  Deep LightGBM trees are its weak case:
-every tree takes every level up to the forest's depth, where native stops at the leaf.
+Hummingbird's best (benchmarks/results/gpu/).  Deep LightGBM trees stay its weakest
+case: a row still takes every level of its stage where native stops at the leaf.
 
 Shapes are fixed: rows go through in blocks of :data:`BLOCK_ROWS` (a short last block
-padded), so a job compiles once per block size and input dtype, never per batch.
-Compiled code is cached by torch's inductor on disk (keyed by the traced graph, input
-shapes and dtypes, device and torch version; the model's tables are graph inputs, not
-constants): a second process traces the walk again (about 2 s on the 2-core machine) but
-builds no kernel (benchmarks/results/compile_cache_cpu.md).
+padded), so a job compiles once per block size and input dtype, never per batch.  The
+first process on a machine compiles with ``torch.compile`` and, once its first block is
+scored, leaves an ahead-of-time package for every later process (:mod:`.packages`),
+which then loads it without tracing or compiling (benchmarks/results/compile_cache_cpu.md).
 """
 
 from __future__ import annotations
 
+import threading
 import types
+import warnings
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..errors import translated
+from .packages import INDUCTOR_OPTIONS, default_store
 
 __all__ = ["BLOCK_ROWS", "FusedBlocks"]
 
 #: Row blocks per device: CPU caches favour small blocks; a GPU needs many rows in
 #: flight (a short batch uses the small block, so one row does not cost a large one).
 BLOCK_ROWS = {"cpu": (4096,), "cuda": (4096, 1 << 18)}
-#: Every index the kernel gathers with comes from our own tables (see module docstring).
-_INDUCTOR_OPTIONS = {"assert_indirect_indexing": False}
+
+_Run = Callable[[torch.Tensor], torch.Tensor]
 
 
 class FusedBlocks:
-    """``margins(x)`` of a :class:`~._compiler.TensorForest` run in compiled blocks."""
+    """``walk(prepare(x))`` run in compiled row blocks, one compiled runner per block
+    shape and dtype: a package from :mod:`.packages` when this machine has one, else
+    ``torch.compile`` (then a package is built for the next process)."""
 
-    def __init__(self, margins: Callable[[torch.Tensor], torch.Tensor], *, device: torch.device):
+    def __init__(self, walk: nn.Module, *, prepare: _Run, device: torch.device):
         self.blocks = BLOCK_ROWS[device.type]
-        self.compiled: Callable[[torch.Tensor], torch.Tensor] = torch.compile(
-            _own_code(margins), dynamic=False, fullgraph=True, options=dict(_INDUCTOR_OPTIONS)
-        )
+        self.walk = walk
+        self.prepare = prepare
+        self.store = default_store()
+        self._runners: dict[tuple[int, torch.dtype], _Run] = {}
+        self._compiled: _Run | None = None
+        self._lock = threading.Lock()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         parts, start = [], 0
@@ -73,10 +86,53 @@ class FusedBlocks:
         return min(fitting) if fitting else max(self.blocks)
 
     def _run(self, rows: torch.Tensor) -> torch.Tensor:
-        fix = "use strategy='tree_traversal', or 'auto'"
-        what = "strategy 'fused' could not be compiled"
-        with translated("torch.compile", what, fix=fix, first_line=True):
-            return self.compiled(rows.contiguous())
+        prepared = self.prepare(rows)
+        key = (prepared.shape[0], prepared.dtype)
+        if key in self._runners:
+            return self._runners[key](prepared)
+        # Threads scoring side by side wait here for the first one's runner: one compile,
+        # and no export traced while another thread runs the walk.
+        with self._lock:
+            if key in self._runners:
+                return self._runners[key](prepared)
+            digest = self.store.digest(self.walk, prepared) if self.store else ""
+            try:
+                run = self.store.load(digest, prepared.device) if self.store else None
+            except KeyError:
+                run = None
+            if run is None:
+                run = self._compile()
+            out = run(prepared)
+            if self.store and run is self._compiled:  # first rows out, then the package
+                self._build_package(prepared, digest)
+            self._runners[key] = run
+            return out
+
+    def _compile(self) -> _Run:
+        if self._compiled is None:
+            compiled = torch.compile(
+                _own_code(self.walk.forward),
+                dynamic=False, fullgraph=True, options=dict(INDUCTOR_OPTIONS),
+            )  # fmt: skip
+            fix = "use strategy='tree_traversal', or 'auto'"
+            what = "strategy 'fused' could not be compiled"
+
+            def run(prepared: torch.Tensor) -> torch.Tensor:
+                with translated("torch.compile", what, fix=fix, first_line=True):
+                    return compiled(prepared)
+
+            self._compiled = run
+        return self._compiled
+
+    def _build_package(self, example: torch.Tensor, digest: str) -> None:
+        assert self.store is not None
+        try:
+            self.store.build_later(self.walk, example, digest)
+        except Exception as exc:  # scoring goes on; only the next process's start is slower
+            warnings.warn(
+                f"strategy 'fused': no compiled package for later processes ({exc}); "
+                "they will compile again", RuntimeWarning, stacklevel=2,
+            )  # fmt: skip
 
 
 def _own_code(

@@ -47,7 +47,7 @@ class NodeTest(nn.Module):
     """Flattened node parameters ``[T * N]`` and the decision at a node.
 
     A node's feature and its flags (default left, missing-as-zero, categorical) share one
-    int64 so a level of every tree costs one gather for them instead of four: on CPU the
+    int32 so a level of every tree costs one gather for them instead of four: on CPU the
     gathers, not the comparisons, are the cost.
     """
 
@@ -93,7 +93,7 @@ class NodeTest(nn.Module):
         v = torch.gather(x, 0 if transposed else 1, (packed & _FEATURE_MASK).to(torch.int64))
         thr = (self.thr32 if x.dtype == torch.float32 else self.thr64.to(x.dtype))[node]
         left = v <= thr
-        missing = torch.isnan(v)
+        missing = v != v  # isnan, as one vector compare in generated code
         if self.has_zero:
             zero = ZERO_THRESHOLD[x.dtype]
             missing = missing | ((packed & _MISSING_ZERO) != 0) & (v.abs() <= zero)
@@ -122,33 +122,70 @@ def _across(per_tree: torch.Tensor, x: torch.Tensor, transposed: bool) -> torch.
     return per_tree.expand(x.shape[0], -1)
 
 
+#: Depth stages of :class:`TreeTraversal` (see :func:`depth_stages`).  For LightGBM
+#: 500x256 (tree depths 10 to 30), 4 stages walk 9,775 tree-levels per row instead of
+#: 15,000; measured on 2 cores: 29k -> 42k rows/s under ``fused``, 8.6k -> 12.4k eager
+#: (8 stages: 9,016 tree-levels and no faster, for twice the copies).
+WALK_STAGES = 4
+
+
+def depth_stages(tree_depth: np.ndarray, *, stages: int) -> list[tuple[int, int]]:
+    """``(trees, levels)`` per stage for trees sorted deepest first: a stage walks only
+    the trees that have not all reached a leaf yet, so a forest of mixed depths (LightGBM
+    grows leaf-wise: depths 10 to 30 in one model) skips the levels its shallow trees do
+    not have.  Stage ends are depth quantiles, so few stages capture most of the saving
+    (each stage costs a copy of the node ids)."""
+    depths = np.sort(tree_depth)
+    cuts = np.quantile(depths, np.arange(1, stages) / stages, method="lower").astype(int)
+    ends = sorted({*cuts.tolist(), int(depths[-1])} - {0}) if depths.size else []
+    out, done = [], 0
+    for end in ends:
+        out.append((int((depths > done).sum()), end - done))
+        done = end
+    return out
+
+
 class TreeTraversal(nn.Module):
-    """Walk every tree one level per step with gathers; any depth."""
+    """Walk every tree one level per step with gathers; any depth.
+
+    Trees run deepest first, in :func:`depth_stages`: a tree stops being walked once
+    every path of it has reached its leaf (leaves loop to themselves, so walking more
+    levels than a tree has never changes its leaf).
+    """
 
     name = "tree_traversal"
     base: torch.Tensor
     child: torch.Tensor
+    restore: torch.Tensor
     test: NodeTest
 
-    def __init__(self, layout: TraversalLayout, test: NodeTest):
+    def __init__(self, layout: TraversalLayout, test: NodeTest, *, stages: int = WALK_STAGES):
         super().__init__()
         self.test = test
         self.depth = layout.depth
         n_trees, width = layout.left.shape
         base = np.arange(n_trees, dtype=np.int64)[:, None] * width
-        _buffer(self, "base", base[:, 0])
         # Flat ids like `node`; a node's right child right after its left: one gather.
         children = np.stack([layout.left + base, layout.right + base], axis=-1)
         _buffer(self, "child", children.reshape(-1))
+        deepest_first = np.argsort(-layout.tree_depth, kind="stable")
+        _buffer(self, "base", base[deepest_first, 0])
+        _buffer(self, "restore", np.argsort(deepest_first))
+        self.stages = depth_stages(layout.tree_depth, stages=stages)
 
     def forward(self, x: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
         """Leaf positions ``[B, T]``; ``transposed``: ``x [F, B]`` -> ``[T, B]``."""
+        trees = 0 if transposed else 1
         base = _across(self.base, x, transposed)
         node = base
-        for _ in range(self.depth):
-            right = ~self.test.go_left(x, node, transposed=transposed)
-            node = self.child[2 * node + right.to(torch.int64)]
-        return node - base  # IR node id == leaf table position
+        for count, levels in self.stages:
+            walking = node.narrow(trees, 0, count)
+            for _ in range(levels):
+                right = ~self.test.go_left(x, walking, transposed=transposed)
+                walking = self.child[2 * walking + right.to(torch.int64)]
+            node = torch.cat([walking, node.narrow(trees, count, node.shape[trees] - count)], trees)
+        # IR node id == leaf table position; trees back in the forest's order.
+        return (node - base).index_select(trees, self.restore)
 
 
 class PerfectTreeTraversal(nn.Module):

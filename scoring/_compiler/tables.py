@@ -149,7 +149,11 @@ class TraversalLayout:
     left: np.ndarray  # int64 [T, N]
     right: np.ndarray  # int64 [T, N]
     leaves: LeafTables  # indexed by IR node id
-    depth: int
+    tree_depth: np.ndarray  # int64 [T]: edges on each tree's longest path
+
+    @property
+    def depth(self) -> int:
+        return int(self.tree_depth.max(initial=0))
 
 
 def traversal_layout(forest: Forest) -> TraversalLayout:
@@ -166,7 +170,7 @@ def traversal_layout(forest: Forest) -> TraversalLayout:
         left=left,
         right=right,
         leaves=leaf_tables(forest, ids, width),
-        depth=forest.max_depth,
+        tree_depth=np.array([t.depth() for t in forest.trees], dtype=np.int64),
     )
 
 

@@ -127,8 +127,9 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     )
     compile_seconds = time.perf_counter() - began
     cache = _Cache(store)
-    # The product version too: a newer engine may score at another pace.
-    key = f"{model.sha256}|{model.device.type}|{model.backend}|{__version__}"
+    # The product version too: a newer engine may score at another pace.  The backend as
+    # the job asks for it: ``auto`` may pick another of two candidates that time alike.
+    key = f"{model.sha256}|{model.device.type}|{spec.backend}|{__version__}"
     rate = cache.get(key)
     cached = rate is not None
     if rate is None:
