@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
@@ -46,20 +46,39 @@ class InputDataset:
     dataset: pads.Dataset
     fragments: list[Fragment]
     pieces: list[Any]  # pyarrow's fragment objects, in the order of ``fragments``
+    #: Columns that come from ``key=value`` directories, not from the files.
+    partition_columns: list[str] = field(default_factory=list)
+    #: Columns whose type differs between files beyond widening -> the message.
+    conflicts: dict[str, str] = field(default_factory=dict)
 
     @property
     def schema(self) -> pa.Schema:
         return self.dataset.schema
 
     @property
-    def partition_columns(self) -> list[str]:
-        """Columns that come from ``key=value`` directories, not from the files."""
-        physical = set(self.pieces[0].physical_schema.names)
-        return [n for n in self.schema.names if n not in physical]
-
-    @property
     def rows(self) -> int:
         return sum(f.rows for f in self.fragments)
+
+    def require(self, columns: Sequence[str]) -> None:
+        """Refuse, before anything is read, a column scoring reads that some file lacks
+        (it would be read as all missing) or holds with a type the others do not."""
+        partition = set(self.partition_columns)
+        for column in columns:
+            if column in self.conflicts:
+                raise InputFileError(self.conflicts[column])
+            if column in partition:
+                continue
+            lacking = [
+                f.path
+                for f, piece in zip(self.fragments, self.pieces, strict=True)
+                if column not in piece.physical_schema.names
+            ]
+            if lacking:
+                raise InputFileError(
+                    f"input file {lacking[0]!r} has no column {column!r}"
+                    + (f" (nor do {len(lacking) - 1} other files)" if len(lacking) > 1 else "")
+                    + "; every input file needs it: add it, or move the file out of the input"
+                )
 
     def batches(
         self, fragment: Fragment, *, columns: Sequence[str], batch_rows: int
@@ -127,7 +146,74 @@ def open_input(url: str) -> InputDataset:
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     if not fragments or not any(f.rows for f in fragments):
         raise InputError(f"input {url!r} holds no rows: nothing to score")
-    return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces)
+    # pyarrow takes the first file's schema for all; every file's is read as one instead.
+    schema, partition, conflicts = _unified_schema(dataset.schema, pieces, fragments)
+    dataset = pads.FileSystemDataset(
+        pieces, schema=schema, format=dataset.format, filesystem=dataset.filesystem
+    )
+    return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces,
+                        partition_columns=partition, conflicts=conflicts)  # fmt: skip
+
+
+def _unified_schema(
+    inferred: pa.Schema, pieces: list[Any], fragments: list[Fragment]
+) -> tuple[pa.Schema, list[str], dict[str, str]]:
+    """One type per column over every file's footer: equal types stay, a type that
+    widens safely is widened (:func:`_widen`); any other disagreement is kept as the
+    message that names both files, raised if the column is read (:meth:`require`)."""
+    types: dict[str, tuple[pa.DataType, str]] = {}  # column -> (type, file that set it)
+    conflicts: dict[str, str] = {}
+    for piece, fragment in zip(pieces, fragments, strict=True):
+        for column in piece.physical_schema:
+            if column.name not in types:
+                types[column.name] = (column.type, fragment.path)
+                continue
+            known, where = types[column.name]
+            wider = _widen(known, column.type)
+            if wider is None:
+                conflicts.setdefault(
+                    column.name,
+                    f"input files disagree on column {column.name!r}: {where!r} holds {known}, "
+                    f"{fragment.path!r} holds {column.type}; rewrite one with the other's type",
+                )
+            elif wider != known:
+                types[column.name] = (wider, where if pa.types.is_null(wider) else fragment.path)
+    partition = [f for f in inferred if f.name not in types]  # key=value directories
+    fields = [pa.field(n, t) for n, (t, _) in types.items()] + partition
+    return pa.schema(fields), [f.name for f in partition], conflicts
+
+
+def _widen(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type both ``a`` and ``b`` cast to without loss of what scoring reads, or None:
+    null into anything, integers into int64, numbers into float64, text into text."""
+    if a == b or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    if _is_integer(a) and _is_integer(b):
+        return pa.int64()
+    if _is_number(a) and _is_number(b):
+        return pa.float64()
+    if _is_text(a) and _is_text(b):
+        return pa.large_string()
+    return None
+
+
+def _is_integer(t: pa.DataType) -> bool:
+    return pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32())
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t) or pa.types.is_floating(t)
+        or pa.types.is_boolean(t) or pa.types.is_decimal(t)
+    )  # fmt: skip
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def _glob_base(pattern: str) -> str:

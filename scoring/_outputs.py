@@ -83,12 +83,17 @@ class OutputLayout:
             probs = [values[:, 1]] if self.task == "binary" else list(values.T)
             cols: list[Any] = [*probs, labels]
         elif forest.post_transform == "isolation":
-            cols = [predictions(forest, values.reshape(len(values), -1))]
+            cols = [predictions(forest, _by_row(values))]
         else:
             cols = [squeeze(values)]
         if self.raw and raw is not None:
-            cols += list(raw.reshape(len(raw), -1).T)
+            cols += list(_by_row(raw).T)
         return [pa.array(np.asarray(c), type=t) for c, t in zip(cols, self.types, strict=False)]
+
+
+def _by_row(a: np.ndarray) -> np.ndarray:
+    """``[rows, k]``: a vector as one column (``reshape(len(a), -1)`` fails on 0 rows)."""
+    return a if a.ndim == 2 else a.reshape(-1, 1)
 
 
 def _classes(forest: Forest) -> list[Any]:

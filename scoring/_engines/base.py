@@ -259,6 +259,7 @@ def plan_run(
     scorer = Scorer(model, keep=keep, outputs=outputs, ignore=data.partition_columns)
     scorer.check_schema(data.schema)
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
+    data.require(columns)  # every file, not only the first, holds what is read
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
     schema = trial.schema.with_metadata(output_metadata(model))
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}

@@ -167,6 +167,7 @@ def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
     sample is scored as the engine scores it, side by side where the engine does."""
     scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
+    data.require(columns)
     calls = parallel_calls(scorer)
     scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
     began = time.perf_counter()
