@@ -27,7 +27,7 @@ from .errors import (
     NonNumericColumnError,
 )
 
-__all__ = ["prepare", "feature_names", "select_columns"]
+__all__ = ["prepare", "feature_names", "named_columns", "select_columns"]
 
 _AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -81,12 +81,30 @@ def _check_count(n_columns: int, forest: Forest) -> None:
 
 
 def select_columns(columns: Sequence[str], forest: Forest) -> list[int | str]:
-    """The input columns holding the model's features, by name (or all, by position)."""
-    names = feature_names(forest)
-    if names is None:
-        _check_count(len(columns), forest)
-        return list(range(len(columns)))
-    missing = [n for n in names if n not in set(columns)]
+    """The input columns holding the model's features: by name (:func:`named_columns`),
+    else every column by position."""
+    named = named_columns(columns, forest)
+    if named is not None:
+        return list(named)
+    _check_count(len(columns), forest)
+    return list(range(len(columns)))
+
+
+def named_columns(columns: Sequence[str], forest: Forest) -> list[str] | None:
+    """The model's features by name, or None when the input must be read by position.
+
+    By name whenever the model has real names, or the input holds any of the names a
+    framework gave the model's unnamed features (``f0..fN``, ``Column_N``): such columns
+    in another order are then read by name, never by position, and one of them missing
+    is named.  A model without names reads ``f0..fN`` (or ``Column_0..N``) by name too.
+    """
+    names = forest.feature_names or []
+    present = set(columns)
+    if feature_names(forest) is None and not present & set(names):
+        n = forest.n_features
+        generic = ([f"{p}{i}" for i in range(n)] for p in ("f", "Column_"))
+        return next((g for g in generic if present >= set(g)), None)
+    missing = [n for n in names if n not in present]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._backends import Backend
-from ._inputs import feature_names, prepare, select_columns
+from ._inputs import feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
 from .errors import FeatureCountError, InputError, NonNumericColumnError
@@ -105,12 +105,10 @@ class Scorer:
         return self._selected[key]
 
     def _select(self, columns: Sequence[str]) -> list[str]:
-        if self.names is not None:
-            return [str(c) for c in select_columns(columns, self.forest)]
+        named = named_columns(columns, self.forest)
+        if named is not None:
+            return named
         features = [c for c in columns if c not in set(self.keep) | self.ignore]
-        generic = [f"f{i}" for i in range(self.forest.n_features)]
-        if len(features) != self.forest.n_features and set(generic) <= set(columns):
-            return generic  # the names XGBoost gives unnamed features, all present
         if len(features) != self.forest.n_features:
             raise FeatureCountError(
                 f"{self.forest.model_kind} has no feature names, so it reads every input "

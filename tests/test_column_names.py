@@ -1,0 +1,46 @@
+"""Columns are matched by name whenever the input has the model's names, including the
+names frameworks give unnamed features: shuffled ``f0..fN`` are never read by position."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import xgboost as xgb
+
+import scoring
+from scoring.errors import MissingColumnError
+
+from .conftest import built
+
+
+@pytest.mark.parametrize(("name", "prefix"), [("xgb_reg", "f"), ("lgb_reg", "Column_"),
+                                              ("sk_rf_reg", "f")])  # fmt: skip
+def test_shuffled_generic_columns_are_read_by_name(tmp_path: Path, name: str, prefix: str) -> None:
+    model, forest, native = built(name)
+    X = np.random.default_rng(2).normal(size=(500, forest.n_features))
+    frame = pd.DataFrame(X, columns=[f"{prefix}{i}" for i in range(forest.n_features)])
+    shuffled = frame[frame.columns[::-1]]
+    expected = native.predict_raw(X)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    np.testing.assert_allclose(cm.predict_raw(shuffled), expected, rtol=1e-6, atol=1e-6)
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(pa.Table.from_pandas(shuffled.assign(id=np.arange(500))), source / "a.parquet")
+    scoring.score_parquet(source, tmp_path / "out", cm, keep=["id"], outputs="raw",
+                          progress=False)  # fmt: skip
+    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")
+    np.testing.assert_allclose(out["raw"], expected.ravel(), rtol=1e-6, atol=1e-6)
+
+
+def test_a_model_whose_real_names_look_generic_names_the_missing_one() -> None:
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(rng.normal(size=(300, 5)), columns=[f"f{i}" for i in range(5)])
+    model = xgb.XGBRegressor(n_estimators=5, max_depth=3).fit(frame, frame["f0"] * 2)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    with pytest.raises(MissingColumnError, match="'f3'"):
+        cm.predict(frame.drop(columns="f3").assign(extra=1.0))
