@@ -74,6 +74,24 @@ def test_job_file_errors_name_key_and_file(
     assert result.exit_code == 2 and named in result.output
 
 
+@pytest.mark.parametrize("key", ["input", "output", "keep"])
+def test_an_unset_variable_anywhere_is_a_job_file_error(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    monkeypatch.delenv("SCORING_TEST_UNSET", raising=False)
+    write_rows(tmp_path / "in", 1_000)
+    value = {"input": str(tmp_path / "in") + "/${SCORING_TEST_UNSET}",
+             "output": str(tmp_path / "out" / "date=${SCORING_TEST_UNSET}"),
+             "keep": ["id", "$SCORING_TEST_UNSET"]}[key]  # fmt: skip
+    path = job_file(tmp_path, registry, **{key: value})
+    result = runner.invoke(app, ["run", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "SCORING_TEST_UNSET is not set" in result.output and f"'{key}" in result.output
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("SCORING_TEST_UNSET", "2026-11-22")
+    assert "2026-11-22" in str(load_job(path).model_dump()[key])
+
+
 def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN_DATE", "2026-11-21")
     specs = {p.stem: load_job(p) for p in sorted(JOBS.glob("*.toml"))}

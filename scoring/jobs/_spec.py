@@ -4,7 +4,7 @@
 
     name = "nightly-churn"
     model = "churn@production"
-    input = "/data/features/${RUN_DATE}/"      # ${VAR} expands from the environment
+    input = "/data/features/${RUN_DATE}/"      # ${VAR} from the environment (unset: error)
     output = "/data/scores/${RUN_DATE}/"
     engine = "local"                            # a name in scoring._engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
@@ -58,6 +58,7 @@ __all__ = ["JobSpec", "load_job", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LATE_WINDOW = timedelta(hours=12)
 
 
@@ -105,11 +106,6 @@ class JobSpec(_EngineTables):
     retries: int = Field(default=0, ge=0, le=10)
     registry: str | None = None
     resources: Resources = Resources()
-
-    @field_validator("input", "output", "registry", "model")
-    @classmethod
-    def _expand(cls, value: str | None) -> str | None:
-        return os.path.expandvars(value) if value is not None else None
 
     @field_validator("engine")
     @classmethod
@@ -178,9 +174,32 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"job file {str(file)!r} is not valid TOML: {exc}") from exc
     try:
-        return JobSpec.model_validate(data)
+        return JobSpec.model_validate(_expanded(data, file=file, key=""))
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise JobFileError(f"job file {str(file)!r}, key {key!r}: {reason}") from exc
+
+
+def _expanded(value: Any, *, file: Path, key: str) -> Any:
+    """Every string in the job file with ``${VAR}`` (or ``$VAR``) from the environment;
+    a variable that is not set is refused naming it and its key: left as it is, it would
+    become a literal ``date=${RUN_DATE}`` directory."""
+    if isinstance(value, dict):
+        return {k: _expanded(v, file=file, key=f"{key}.{k}".lstrip(".")) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expanded(v, file=file, key=f"{key}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        if name not in os.environ:
+            raise JobFileError(
+                f"job file {str(file)!r}, key {key!r}: environment variable {name} is not "
+                f"set; set it (e.g. {name}=... scoring run {file.name}) or write the value"
+            )
+        return os.environ[name]
+
+    return _VARIABLE.sub(variable, value)
