@@ -10,7 +10,10 @@ An entry names the input (path and fingerprint), its row count, the output file 
 sha256, and the job (model sha256, kept columns, outputs).  A rerun skips a fragment
 only when its entry matches this job and input and the file still has that sha256.
 Publication moves the staged files into place, writes ``_scoring_manifest.json`` and
-writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.
+writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.  A rerun
+of a published job trusts ``_SUCCESS`` only while every file the manifest names is there
+with its recorded size; otherwise the manifest's intact files count as done (as journal
+entries do) and only the others are scored again.
 
 The Spark engine writes through Spark's own committer instead (``part-*`` files, Spark's
 ``_SUCCESS`` turned off) and then :meth:`Committer.publish_files` records its files in
@@ -121,8 +124,12 @@ class Committer:
             same = previous.get("job_key") == self.job_key and sorted(
                 (f["relpath"], f["fingerprint"]) for f in previous["fragments"]
             ) == sorted((f.relpath, f.fingerprint) for f in fragments)
-            if same:
+            if same and not self._damaged(previous):
+                if self.fs.exists(self.staging):  # left by a kill after _SUCCESS
+                    self.fs.rm(self.staging, recursive=True)
                 return True
+            if same:  # a published file was deleted or replaced: rescore what it needs
+                return False
             if not self.overwrite:
                 raise OutputError(
                     f"output {self.url!r} already holds a completed run of another model or "
@@ -142,22 +149,41 @@ class Committer:
             )
         return False
 
+    def _damaged(self, manifest: dict[str, Any]) -> list[str]:
+        """Published files the manifest names that are gone or not of their recorded
+        size (a ``_SUCCESS`` proves nothing about files deleted after it)."""
+        listed = manifest.get("files") or [f for f in manifest["fragments"] if "output" in f]
+        return [
+            f["output"] for f in listed
+            if not self.fs.exists(path := f"{self.root}/{f['output']}")
+            or self.fs.size(path) != f["bytes"]
+        ]  # fmt: skip
+
     def _listing(self) -> list[str]:
         if not self.fs.exists(self.root):
             return []
         return [p[len(self.root) :].lstrip("/") for p in self.fs.find(self.root)]
 
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
-        """Journal entries that prove a fragment done for this job (file intact)."""
+        """Journal entries, or entries of this job's published manifest, that prove a
+        fragment done for this job (file intact)."""
         wanted = {f.relpath: f for f in fragments}
         done = {}
-        for entry in self._entries():
+        for entry in [*self._published(), *self._entries()]:
             fragment = wanted.get(entry.relpath)
             if fragment is None or entry.job != self.job_key:
                 continue
             if entry.fingerprint == fragment.fingerprint and self._intact(entry):
                 done[entry.relpath] = entry
         return done
+
+    def _published(self) -> list[Entry]:
+        manifest = self.previous_manifest()
+        if manifest is None or manifest.get("job_key") != self.job_key or "files" in manifest:
+            return []
+        return [
+            Entry(**{k: f[k] for k in Entry.__dataclass_fields__}) for f in manifest["fragments"]
+        ]
 
     def _entries(self) -> list[Entry]:
         paths = self.fs.glob(f"{self.staging}/_journal/*.json")

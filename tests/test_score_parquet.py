@@ -296,6 +296,44 @@ def test_killed_run_resumes_and_publishes_every_row_once(tmp_path: Path) -> None
         scoring.score_parquet(*args, keep=["id"], outputs="raw", progress=False)
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, damage: str) -> None:
+    model, X = model_frame("lgb_reg", rows=3000)
+    write_input(X, tmp_path / "in", files=3)
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), model]
+    first = scoring.score_parquet(*args, keep=["id"], progress=False)
+    out = tmp_path / "out"
+    manifest = (out / "_scoring_manifest.json").read_text()
+    lost = out / "part-1.parquet"
+    if damage == "deleted":
+        lost.unlink()
+    else:
+        lost.write_bytes(lost.read_bytes()[:100])
+    again = scoring.score_parquet(*args, keep=["id"], progress=False)
+    assert not again.already_complete
+    assert again.rows == 1000 and again.rows_skipped == 2000  # only the damaged file
+    ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(3000))
+    fragments = json.loads((out / "_scoring_manifest.json").read_text())["fragments"]
+    assert [f["sha256"] for f in fragments] == [
+        f["sha256"] for f in json.loads(manifest)["fragments"]
+    ]  # the same bytes as the first run's
+    assert first.rows == 3000
+    assert scoring.score_parquet(*args, keep=["id"], progress=False).already_complete
+
+
+def test_a_rerun_of_a_complete_output_clears_staging_left_by_a_late_kill(tmp_path: Path) -> None:
+    model, X = model_frame("lgb_reg", rows=1000)
+    write_input(X, tmp_path / "in", files=2)
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), model]
+    scoring.score_parquet(*args, keep=["id"], progress=False)
+    leftover = tmp_path / "out" / "_temporary" / "_journal"
+    leftover.mkdir(parents=True)  # a kill between _SUCCESS and removing the staging
+    (leftover / "x.json").write_text("{}")
+    assert scoring.score_parquet(*args, keep=["id"], progress=False).already_complete
+    assert not (tmp_path / "out" / "_temporary").exists()
+
+
 def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> None:
     model, X = model_frame("xgb_clf", rows=5000)
     cm = scoring.compile(model, backend="tensor", device="cpu")
