@@ -22,7 +22,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .errors import InputError, InputFileError, translated
 
-__all__ = ["Fragment", "InputDataset", "arrow_filesystem", "open_input"]
+__all__ = ["Fragment", "InputDataset", "arrow_filesystem", "glob_base", "open_input"]
 
 _GLOB_CHARS = set("*?[")
 _FIX = "fix or remove the file"
@@ -125,7 +125,7 @@ def open_input(url: str) -> InputDataset:
     path = path.rstrip("/") or "/"
     if _GLOB_CHARS & set(path):
         files = sorted(p for p in fs.glob(path) if fs.isfile(p))
-        base = _glob_base(path)
+        base = glob_base(path)
     elif fs.isdir(path):
         files, base = None, path
     elif fs.isfile(path):
@@ -216,8 +216,11 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def _glob_base(pattern: str) -> str:
+def glob_base(pattern: str) -> str:
+    """The folder a glob pattern searches (the pattern itself when it has no wildcard)."""
     parts = pattern.split("/")
+    if not _GLOB_CHARS & set(pattern):
+        return pattern
     fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if _GLOB_CHARS & set(p))]]
     return "/".join(fixed) or "/"
 

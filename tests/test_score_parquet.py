@@ -26,6 +26,7 @@ from scoring._parity import probe_frame
 from scoring._scorer import Scorer
 from scoring.cli import app
 from scoring.errors import (
+    ConfigError,
     InputError,
     InvalidValueError,
     MissingColumnError,
@@ -332,6 +333,24 @@ def test_a_rerun_of_a_complete_output_clears_staging_left_by_a_late_kill(tmp_pat
     (leftover / "x.json").write_text("{}")
     assert scoring.score_parquet(*args, keep=["id"], progress=False).already_complete
     assert not (tmp_path / "out" / "_temporary").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("in", "in/scores"), ("./in", "in/scores"), ("in/*.parquet", "in/scores"),
+     ("in", "./in/../in/scores"), ("file://{root}/in", "{root}/in/scores"), ("in/..", "in")],
+)  # fmt: skip
+def test_an_output_inside_the_input_is_refused_however_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, target: str
+) -> None:
+    model, X = model_frame("lgb_reg", rows=500)
+    write_input(X, tmp_path / "in", files=2)
+    monkeypatch.chdir(tmp_path)
+    source, target = (p.format(root=tmp_path) for p in (source, target))
+    with pytest.raises(ConfigError, match="overlap"):
+        scoring.score_parquet(source, target, model, keep=["id"], progress=False)
+    assert not (tmp_path / "in" / "scores").exists()
+    assert len(list((tmp_path / "in").glob("*.parquet"))) == 2
 
 
 def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> None:

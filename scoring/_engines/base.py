@@ -16,12 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
+import fsspec
 import pyarrow as pa
 from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._commit import Committer, Entry
-from .._dataset import Fragment, InputDataset, open_input
+from .._dataset import Fragment, InputDataset, glob_base, open_input
 from .._model import CompiledModel, compile_model
 from .._progress import RunProgress
 from .._registry import ModelStore
@@ -272,9 +273,11 @@ def plan_run(
 
 
 def _check_apart(input_url: str, output_url: str) -> None:
-    """An output inside the input (or the reverse) would be read back as input."""
-    a, b = (str(u).rstrip("/") + "/" for u in (input_url, output_url))
-    if a.startswith(b) or b.startswith(a):
+    """An output inside the input (or the reverse) would be read back as input: compared
+    as the filesystem sees them (relative, ``./``, ``file://``; a glob by its folder)."""
+    (fs_a, a), (fs_b, b) = (fsspec.core.url_to_fs(str(u)) for u in (input_url, output_url))
+    a, b = (glob_base(p).rstrip("/") + "/" for p in (a, b))
+    if fs_a.protocol == fs_b.protocol and (a.startswith(b) or b.startswith(a)):
         raise ConfigError(
             f"output {output_url!r} and input {input_url!r} overlap; write the scores "
             "outside the input"
