@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import lightgbm as lgb
@@ -68,6 +70,22 @@ def test_lightgbm_and_skops_files(
     cm = scoring.compile(path, backend="tensor", device="cpu")
     X = _rows(name)
     np.testing.assert_allclose(getattr(cm, method)(X), native.predict_proba(X), atol=1e-9)
+
+
+@pytest.mark.parametrize("keep", [0.01, 0.3, 0.97, -400])
+def test_a_truncated_lightgbm_file_is_refused_not_a_crash(tmp_path: Path, keep: float) -> None:
+    """LightGBM's parser kills the process on any of these; the check before it names
+    the file instead (run in a child so that a regression cannot take pytest down)."""
+    model, _, _ = built("lgb_cat")
+    text = model.booster_.model_to_string().encode()
+    path = tmp_path / "model.txt"
+    path.write_bytes(text[: int(len(text) * keep)] if keep > 0 else text[: int(keep)])
+    script = "import sys, scoring; scoring.compile(sys.argv[1], backend='tensor')"
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr[-2000:]  # an exception, not a signal
+    assert "ModelFileError" in done.stderr and "save the model again" in done.stderr
+    path.write_bytes(text)
+    assert scoring.compile(path, backend="tensor", device="cpu").forest.n_trees > 0
 
 
 def test_pickle_refused_unless_trusted(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._ir import SPLIT_CATEGORICAL, Forest, Tree
-from ..errors import UnsupportedModelError
+from ..errors import ModelFileError, UnsupportedModelError
 from ._common import numeric_tree
 from ._protocol import Framework, NativeModel, register
 
@@ -84,6 +84,33 @@ def forest_from_text(text: str, *, kind: str) -> Forest:
     _set_post_transform(forest, objective)
     _record_categories(forest, tail)
     return forest
+
+
+def complete_model_text(data: bytes, *, name: str) -> str:
+    """The text of a LightGBM model file, refused unless every part of it is complete.
+
+    LightGBM's own parser kills the process (SIGSEGV or SIGABRT) on a file cut short
+    anywhere, so the layout is checked first: each tree block as long as the header's
+    ``tree_sizes`` says, then ``end of trees``, the parameters closed by ``end of
+    parameters`` and a complete last line."""
+    fix = "the file is incomplete or corrupt; save the model again (booster.save_model)"
+    head, found, _ = data.partition(b"\nTree=")
+    sizes = re.search(rb"^tree_sizes=([0-9 ]*)$", head, re.MULTILINE)
+    if not found or sizes is None or not data.endswith(b"\n"):
+        raise ModelFileError(f"LightGBM model file {name!r}: no complete tree section; {fix}")
+    at = len(head) + 1
+    for i, size in enumerate(int(s) for s in sizes.group(1).split()):
+        if not data.startswith(b"Tree=", at) or at + size > len(data):
+            raise ModelFileError(f"LightGBM model file {name!r}: tree {i} is cut short; {fix}")
+        at += size
+    tail = data[at:]
+    closed = b"parameters:" not in tail or b"\nend of parameters" in tail
+    if not tail.startswith(b"end of trees") or not closed:
+        raise ModelFileError(f"LightGBM model file {name!r}: cut short after the trees; {fix}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelFileError(f"LightGBM model file {name!r} is not UTF-8 text; {fix}") from exc
 
 
 def _split_model_text(text: str) -> tuple[dict[str, str], list[dict[str, str]], str]:
@@ -236,7 +263,8 @@ class LightGBM(Framework):
     def load_file(self, path: Path, *, trusted: bool) -> Any:
         import lightgbm
 
-        return lightgbm.Booster(model_file=str(path))
+        text = complete_model_text(path.read_bytes(), name=str(path))
+        return lightgbm.Booster(model_str=text)
 
     def to_forest(self, model: Any) -> Forest:
         return import_lightgbm(model)
