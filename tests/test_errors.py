@@ -145,8 +145,9 @@ def _no_cxx_compiler(tmp: Path) -> object:
 TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringError]]] = {
     ("model file", "xgboost.core.XGBoostError"):
         (_model_file(".json", b"{not json"), errors.ModelFileError),
-    ("model file", "lightgbm.basic.LightGBMError"):
-        (_model_file(".txt", b"not a model\n"), errors.ModelFileError),
+    ("model file", "lightgbm.basic.LightGBMError"):  # a file this short is refused sooner
+        (lambda tmp: restore_model("lightgbm", b"not a model\n", kind="lightgbm.Booster",
+                                   classes=None), errors.ModelFileError),
     ("model file", "zipfile.BadZipFile"):
         (_model_file(".skops", b"not a zip archive"), errors.ModelFileError),
     ("model file", "builtins.UnicodeDecodeError"):
