@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import subprocess
 import sys
@@ -383,6 +384,36 @@ def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def _cli_score(*args: str) -> Any:
     return runner.invoke(app, ["score", *args])
+
+
+@pytest.mark.parametrize("fault", ["disk full", "unexpected"])
+def test_a_write_failure_is_one_line_and_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    monkeypatch.delenv("SCORING_DEBUG", raising=False)  # and restored absent after
+    model, X = model_frame("lgb_reg", rows=600)
+    model.booster_.save_model(tmp_path / "model.txt")
+    write_input(X, tmp_path / "in", files=2)
+
+    def broken(self: Any, data: Any) -> int:
+        if fault == "disk full":
+            raise OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0.parquet")
+        raise RuntimeError("a bug\nover two lines")
+
+    monkeypatch.setattr("scoring._commit.HashingSink.write", broken)
+    args = ["--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
+            "--output", str(tmp_path / "out"), "--keep", "id"]  # fmt: skip
+    out = _cli_score(*args)
+    assert out.exit_code == 1, out.output
+    message = out.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, message
+    expected = {"disk full": "No space left on device (/data/out/part-0.parquet)",
+                "unexpected": "unexpected RuntimeError: a bug over two lines; rerun with "
+                              "--debug"}[fault]  # fmt: skip
+    assert expected in message
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    debug = runner.invoke(app, ["--debug", "score", *args])  # sets SCORING_DEBUG: undone
+    assert debug.exit_code == 1 and isinstance(debug.exception, (OSError, RuntimeError))
 
 
 @pytest.mark.parametrize("problem", ["missing", "text", "corrupt", "empty", "alias", "keep"])

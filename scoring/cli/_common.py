@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ import typer
 
 from ..errors import ConfigError, ScoringError
 
-__all__ = ["REGISTRY_OPTION", "fail", "reported"]
+__all__ = ["REGISTRY_OPTION", "debugging", "fail", "reported"]
 
 REGISTRY_OPTION = typer.Option(
     None,
@@ -25,12 +26,32 @@ def fail(command: str, message: str, *, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def debugging() -> bool:
+    """``--debug`` or ``SCORING_DEBUG=1``: let unexpected errors show their traceback."""
+    return os.environ.get("SCORING_DEBUG", "") not in ("", "0")
+
+
 @contextmanager
 def reported(command: str) -> Iterator[None]:
-    """Turn a ScoringError into its one-line reason on stderr and exit status 1."""
+    """Turn an error into its one-line reason on stderr and exit status 1 (2 for a usage
+    mistake); the traceback of an unexpected one only with ``--debug``."""
     try:
         yield
     except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
-        raise fail(command, " ".join(str(exc).split()), code=2) from None
+        raise fail(command, _one_line(exc), code=2) from None
     except ScoringError as exc:
-        raise fail(command, " ".join(str(exc).split())) from None
+        raise fail(command, _one_line(exc)) from None
+    except OSError as exc:  # disk full, no permission, a file gone from under us
+        if debugging():
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise fail(command, f"{exc.strerror or _one_line(exc)}{where}") from None
+    except Exception as exc:
+        if debugging():
+            raise
+        hint = "rerun with --debug (or SCORING_DEBUG=1) for the traceback"
+        raise fail(command, f"unexpected {type(exc).__name__}: {_one_line(exc)}; {hint}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
