@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._dataset import InputDataset
+from .._lease import OutputLease
 from .._progress import RunProgress
 from .._registry import ModelStore
 from ..errors import ConfigError
@@ -80,18 +81,27 @@ def score_parquet(
     source = resolve_model(model, registry=registry, device=device, backend=backend,
                            local=runner.local)  # fmt: skip
     data = input if isinstance(input, InputDataset) else str(input)
-    run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                   overwrite=overwrite, engine=runner, device=device, backend=backend)  # fmt: skip
-    if run.complete:
-        return report(run, engine=engine, timeline=[])
-    tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
-    if on_progress is not None:
-        tracker.listeners.append(on_progress)
+    # Spark's own committer (overwrite mode) clears the output folder, lease included.
+    lease = OutputLease(str(output)) if not runner.engine_files else None
     try:
-        scored = runner.run(run, source=source, options=options, progress=tracker)
+        run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
+                       overwrite=overwrite, engine=runner, device=device, backend=backend,
+                       lease=lease)  # fmt: skip
+        if run.complete:
+            return report(run, engine=engine, timeline=[])
+        tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
+        if on_progress is not None:
+            tracker.listeners.append(on_progress)
+        try:
+            scored = runner.run(run, source=source, options=options, progress=tracker)
+        finally:
+            tracker.close()
+        if lease is not None:
+            lease.check()
+        files = publish(run, scored, engine=runner)
     finally:
-        tracker.close()
-    files = publish(run, scored, engine=runner)
+        if lease is not None:
+            lease.release()
     result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
     result.files = files
     return result

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from .._bundle import Bundle
 from .._commit import Committer, Entry
 from .._dataset import Fragment, InputDataset, glob_base, open_input
+from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
 from .._progress import RunProgress
 from .._registry import ModelStore
@@ -253,8 +254,10 @@ def plan_run(
     engine: Engine,
     device: str = "auto",
     backend: str = "auto",
+    lease: OutputLease | None = None,
 ) -> Run:
-    """Check everything that can be checked before writing; see the module docstring."""
+    """Check everything that can be checked before writing; see the module docstring.
+    ``lease`` is taken once the input is known good, before the output's state is read."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
     scorer = Scorer(model, keep=keep, outputs=outputs, ignore=data.partition_columns)
@@ -263,6 +266,8 @@ def plan_run(
     data.require(columns)  # every file, not only the first, holds what is read
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
     schema = trial.schema.with_metadata(output_metadata(model))
+    if lease is not None:
+        lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     committer = Committer(output, job=job, overwrite=overwrite, engine_files=engine.engine_files)
     complete = committer.check_target(data.fragments)

@@ -1,0 +1,94 @@
+"""The output lease: one run writes an output at a time; a dead holder's lease is taken
+over; a run that lost its lease publishes nothing.  No sleeps: holders are written as
+files, and the takeover happens from inside the run through its progress callback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import scoring
+from scoring._lease import LEASE, OutputLease
+from scoring.errors import OutputError
+
+from .test_score_parquet import model_frame, write_input
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> tuple[str, str, Any]:
+    model, X = model_frame("lgb_reg", rows=2000)
+    write_input(X, tmp_path / "in", files=2)
+    return str(tmp_path / "in"), str(tmp_path / "out"), model
+
+
+def _score(job: tuple[str, str, Any], **kw: Any) -> Any:
+    return scoring.score_parquet(*job, keep=["id"], progress=False, **kw)
+
+
+def _holder(out: Path, **fields: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"token": "theirs", "user": "them", "host": socket.gethostname(), "pid": 1,
+              "started": time.time(), "heartbeat": time.time(), **fields}  # fmt: skip
+    (out / LEASE).write_text(json.dumps(record))
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_output(
+    job: tuple[str, str, Any],
+) -> None:
+    out = Path(job[1])
+    first = OutputLease(job[1])
+    first.acquire()
+    try:
+        with pytest.raises(OutputError, match=r"being written by another run \(pid \d+ on "):
+            _score(job)
+        assert not list(out.glob("*.parquet")) and not (out / "_SUCCESS").exists()
+    finally:
+        first.release()
+    assert _score(job).rows == 2000
+    assert not (out / LEASE).exists()  # released with the run
+
+
+def test_the_lease_of_a_dead_process_on_this_host_is_taken_over(
+    job: tuple[str, str, Any],
+) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    _holder(Path(job[1]), pid=int(gone.stdout))
+    assert _score(job).rows == 2000
+
+
+@pytest.mark.parametrize(("age", "taken"), [(10.0, False), (3600.0, True)])
+def test_another_hosts_lease_is_taken_over_only_when_its_heartbeat_is_stale(
+    job: tuple[str, str, Any], age: float, taken: bool
+) -> None:
+    _holder(Path(job[1]), host="elsewhere", heartbeat=time.time() - age)
+    if taken:
+        assert _score(job).rows == 2000
+    else:
+        with pytest.raises(OutputError, match="on elsewhere, user them"):
+            _score(job)
+
+
+def test_a_run_that_lost_its_lease_publishes_nothing(job: tuple[str, str, Any]) -> None:
+    out = Path(job[1])
+
+    def taken_over(seconds: float, rows: int) -> None:  # another run took it mid-run
+        _holder(out, host="elsewhere")
+
+    with pytest.raises(OutputError, match="lost its lease"):
+        _score(job, on_progress=taken_over)
+    assert not (out / "_SUCCESS").exists() and not list(out.glob("*.parquet"))
+    assert json.loads((out / LEASE).read_text())["token"] == "theirs"  # theirs is left
+    (out / LEASE).unlink()  # the other run finished
+    assert _score(job).rows_skipped == 2000  # this run's journaled files are reused
+    ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
+    assert np.array_equal(np.sort(ids), np.arange(2000))
