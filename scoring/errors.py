@@ -162,7 +162,7 @@ TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
     },
     "registry database": {
         "sqlalchemy.exc.ArgumentError": RegistryAccessError,
-        "sqlalchemy.exc.OperationalError": RegistryAccessError,
+        "sqlalchemy.exc.DatabaseError": RegistryAccessError,  # unreachable, locked, corrupt
         "builtins.ImportError": RegistryAccessError,  # its driver is not installed
     },
     "ray": {

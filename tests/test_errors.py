@@ -97,9 +97,10 @@ def _database(url: str) -> Callable[[Path], object]:
     return lambda tmp: scoring.Registry(tmp / "reg", db_url=url)
 
 
-def _database_unopenable(tmp: Path) -> object:
-    (tmp / "db").mkdir()  # a directory where the database file should be
-    return scoring.Registry(tmp / "reg", db_url=f"sqlite:///{tmp / 'db'}")
+def _database_corrupt(tmp: Path) -> object:
+    scoring.Registry(tmp / "reg")
+    (tmp / "reg" / "registry.db").write_bytes(b"\x00garbage" * 400)  # not SQLite any more
+    return scoring.Registry(tmp / "reg")
 
 
 def _raised_in(boundary: str, error: Callable[[], BaseException]) -> Callable[[Path], object]:
@@ -170,8 +171,8 @@ TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringErro
         (_database("not a database url"), errors.RegistryAccessError),
     ("registry database", "builtins.ImportError"):
         (_database("mysql://localhost/registry"), errors.RegistryAccessError),
-    ("registry database", "sqlalchemy.exc.OperationalError"):
-        (_database_unopenable, errors.RegistryAccessError),
+    ("registry database", "sqlalchemy.exc.DatabaseError"):
+        (_database_corrupt, errors.RegistryAccessError),
     ("ray", "ray.exceptions.RayError"): (_raised_in("ray", _ray_error), errors.EngineError),
     ("spark", "py4j.protocol.Py4JError"): (_raised_in("spark", _py4j_error), errors.EngineError),
     ("spark", "pyspark.errors.exceptions.base.PySparkException"):

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import click
 import typer
 
 from ..errors import ConfigError, ScoringError
@@ -41,6 +42,8 @@ def reported(command: str) -> Iterator[None]:
         raise fail(command, _one_line(exc), code=2) from None
     except ScoringError as exc:
         raise fail(command, _one_line(exc)) from None
+    except (typer.Exit, click.ClickException, click.Abort):  # the command's own exits
+        raise
     except OSError as exc:  # disk full, no permission, a file gone from under us
         if debugging():
             raise
