@@ -134,14 +134,18 @@ def open_input(url: str) -> InputDataset:
         raise InputFileError(f"input {url!r} does not exist")
     if files is not None and not files:
         raise InputError(f"input {url!r} matches no files")
-    with translated("parquet", f"cannot read the Parquet input {url!r}"):
-        dataset = pads.dataset(
-            files if files is not None else path,
-            filesystem=arrow_filesystem(fs),
-            format="parquet",
-            partitioning="hive",
-            partition_base_dir=base if files is not None else None,
-        )
+    try:
+        with translated("parquet", f"cannot read the Parquet input {url!r}"):
+            dataset = pads.dataset(
+                files if files is not None else path,
+                filesystem=arrow_filesystem(fs),
+                format="parquet",
+                partitioning="hive",
+                partition_base_dir=base if files is not None else None,
+            )
+    except InputFileError:
+        _refuse_duplicate_names(fs, files if files is not None else fs.find(path))
+        raise
     pieces = list(dataset.get_fragments())
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     if not fragments or not any(f.rows for f in fragments):
@@ -155,6 +159,27 @@ def open_input(url: str) -> InputDataset:
                         partition_columns=partition, conflicts=conflicts)  # fmt: skip
 
 
+def _refuse_duplicate_names(fs: Any, paths: list[str]) -> None:
+    """Name the file and column when the input failed because a file holds two columns
+    of one name (pyarrow's own message names neither)."""
+    for path in paths:
+        try:
+            with fs.open(path, "rb") as f:
+                names = pq.read_schema(f).names
+        except (OSError, pa.ArrowException):  # not Parquet: not this problem
+            continue
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise InputFileError(_twice(path, twice)) from None
+
+
+def _twice(path: str, name: str) -> str:
+    return (
+        f"input file {path!r} has more than one column named {name!r}; "
+        "rewrite it with unique column names"
+    )
+
+
 def _unified_schema(
     inferred: pa.Schema, pieces: list[Any], fragments: list[Fragment]
 ) -> tuple[pa.Schema, list[str], dict[str, str]]:
@@ -164,6 +189,9 @@ def _unified_schema(
     types: dict[str, tuple[pa.DataType, str]] = {}  # column -> (type, file that set it)
     conflicts: dict[str, str] = {}
     for piece, fragment in zip(pieces, fragments, strict=True):
+        names = piece.physical_schema.names
+        for twice in sorted({n for n in names if names.count(n) > 1}):
+            conflicts.setdefault(twice, _twice(fragment.path, twice))
         for column in piece.physical_schema:
             if column.name not in types:
                 types[column.name] = (column.type, fragment.path)

@@ -117,3 +117,15 @@ def test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path: Path) -> 
     out = _score(_write(tmp_path / "in", tables), tmp_path / "out", model)
     np.testing.assert_allclose(out["raw"], _expected(model, parts), rtol=1e-12, atol=1e-12)
     assert pq.read_table(tmp_path / "out" / "part-1.parquet").num_rows == 0
+
+
+@pytest.mark.parametrize("files", [1, 3])  # pyarrow fails on the first, not on a later one
+def test_a_file_with_two_columns_of_one_name_is_named_with_the_column(
+    tmp_path: Path, files: int
+) -> None:
+    model, parts = _frames()
+    tables = [pa.Table.from_pandas(p, preserve_index=False) for p in parts][:files]
+    last = tables[-1]
+    tables[-1] = last.append_column("f4", last.column("f4"))
+    culprit = f"part-{files - 1}.parquet"
+    _refused(tmp_path, tables, model, culprit, "more than one column named 'f4'")
