@@ -196,3 +196,49 @@ def test_facade_imports_engines_on_first_use() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _failure_report(out: Path) -> dict[str, Any]:
+    data = json.loads((out / "_scoring_report.json").read_text())
+    assert data["status"] == "failed" and (out / "_scoring_report.html").exists()
+    assert not (out / "_SUCCESS").exists() and not list(out.glob("*.parquet"))  # unpublished
+    return dict(data)
+
+
+def test_a_refused_input_still_writes_a_report_of_the_failure(
+    tmp_path: Path, registry: Any
+) -> None:
+    write_rows(tmp_path / "in", 4_000)
+    bad = tmp_path / "in" / "part-2.parquet"
+    pq.write_table(pq.read_table(bad).drop_columns(["f1"]), bad)
+    result = runner.invoke(app, ["run", str(job_file(tmp_path, registry))])
+    assert result.exit_code == 1 and "part-2.parquet" in result.output
+    data = _failure_report(tmp_path / "out")
+    assert "part-2.parquet" in data["error"] and data["files_done"] == 0
+    assert data["rerun"].startswith("a rerun fails the same way until the cause above is fixed")
+
+
+def test_a_run_failing_mid_way_reports_what_a_rerun_will_skip(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_rows(tmp_path / "in", 8_000, files=4)
+    path = job_file(tmp_path, registry)
+    real_open = scoring._commit.Committer.open
+
+    def failing_open(self: Any, fragment: Any) -> Any:
+        if fragment.relpath == "part-2.parquet":
+            raise OSError(28, "No space left on device", fragment.relpath)
+        return real_open(self, fragment)
+
+    monkeypatch.setattr(scoring._commit.Committer, "open", failing_open)
+    result = runner.invoke(app, ["run", str(path)])
+    assert result.exit_code == 1 and "No space left on device" in result.output
+    data = _failure_report(tmp_path / "out")
+    journal = list((tmp_path / "out" / "_temporary" / "_journal").glob("*.json"))
+    assert data["files_done"] == len(journal) and data["files_total"] == 4
+    assert data["rerun"].startswith(f"a rerun resumes: it skips the {len(journal)} file(s)")
+    monkeypatch.undo()  # the disk has room again
+    again = run_job(load_job(path), progress=False)
+    assert again.report.rows_skipped == data["rows_done"]
+    assert again.report.rows == 8_000 - data["rows_done"]
+    assert json.loads((tmp_path / "out" / "_scoring_report.json").read_text())["rows"] > 0

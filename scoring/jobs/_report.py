@@ -21,7 +21,7 @@ from .._version import __version__
 from ._planner import Plan
 from ._spec import JobSpec
 
-__all__ = ["REPORT_HTML", "REPORT_JSON", "build_report", "write_report"]
+__all__ = ["REPORT_HTML", "REPORT_JSON", "build_report", "write_failure_report", "write_report"]
 
 REPORT_JSON = "_scoring_report.json"
 REPORT_HTML = "_scoring_report.html"
@@ -83,6 +83,41 @@ def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -
     return paths
 
 
+def write_failure_report(
+    spec: JobSpec, *, error: BaseException, plan: Plan | None, started: datetime,
+    attempts: int, permanent: bool,
+) -> list[str]:  # fmt: skip
+    """The report of a failed run, under the same names in the output folder (readers
+    skip ``_`` files and nothing is published): the error, the files the run's journal
+    holds and what a rerun does with them.  A later successful run replaces it."""
+    fs, root = fsspec.core.url_to_fs(spec.output)
+    root = root.rstrip("/")
+    done = [json.loads(fs.cat_file(p)) for p in fs.glob(f"{root}/_temporary/_journal/*.json")]
+    rows_done = sum(int(entry.get("rows", 0)) for entry in done)
+    resume = f"skips the {len(done):,} file(s) ({rows_done:,} rows) already written"
+    rerun = (
+        f"fails the same way until the cause above is fixed; then it {resume}"
+        if permanent
+        else f"resumes: it {resume} and scores the rest"
+    )
+    data = {
+        "job": spec.name, "scoring_version": __version__, "status": "failed",
+        "error": f"{type(error).__name__}: {' '.join(str(error).split())}",
+        "started": started.isoformat(), "failed": datetime.now(started.tzinfo).isoformat(),
+        "attempts": attempts, "input": spec.input, "output": spec.output,
+        "files_done": len(done), "rows_done": rows_done,
+        "files_total": plan.files if plan else None, "rows_total": plan.rows if plan else None,
+        "rerun": f"a rerun {rerun}", "plan": plan.to_dict() if plan else None,
+    }  # fmt: skip
+    paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
+    fs.makedirs(root, exist_ok=True)
+    fs.pipe_file(paths[0], json.dumps(data, indent=1).encode())
+    rows = [(k, str(data[k])) for k in ("status", "error", "started", "failed", "attempts",
+                                        "files_done", "rows_done", "rerun")]  # fmt: skip
+    fs.pipe_file(paths[1], _page(f"scoring job {spec.name}: FAILED", rows, "").encode())
+    return paths
+
+
 def render_html(data: dict[str, Any]) -> str:
     rows = [
         ("rows", f"{data['rows']:,}"),
@@ -93,11 +128,15 @@ def render_html(data: dict[str, Any]) -> str:
         ("met deadline", "yes" if data["met_deadline"] else "NO"),
         ("GPU", json.dumps(data["gpu"]) if data["gpu"] else "none"),
     ]
+    return _page(f"scoring job {data['job']}", rows, _plots(data))
+
+
+def _page(title: str, rows: list[tuple[str, str]], extra: str) -> str:
     table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    title = html.escape(f"scoring job {data['job']}")
+    title = html.escape(title)
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-        f"<body><h1>{title}</h1><table>{table}</table>{_plots(data)}</body></html>\n"
+        f"<body><h1>{title}</h1><table>{table}</table>{extra}</body></html>\n"
     )
 
 

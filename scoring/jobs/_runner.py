@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ._gpu import GpuSampler
 from ._planner import Plan, plan_and_model
-from ._report import write_report
+from ._report import write_failure_report, write_report
 from ._spec import JobSpec
 
 __all__ = [
@@ -90,20 +90,36 @@ def run_job(
     nominal start, from which a duration deadline counts; ``on_plan`` sees the plan
     before anything runs."""
     start = start or datetime.now(timezone.utc)
-    plan, model, data = plan_and_model(spec, start=start)
-    if on_plan is not None:
-        on_plan(plan)
-    if not plan.feasible:
-        raise DeadlineError(plan.summary().splitlines()[-1].strip())
-    deadline = spec.deadline_at(start)
-    watch = _Watch(deadline, plan.rows)
-    with GpuSampler() as gpu:
-        report, attempts = _with_retries(spec, data, model, watch, progress=progress)
+    plan: Plan | None = None
+    try:
+        plan, model, data = plan_and_model(spec, start=start)
+        if on_plan is not None:
+            on_plan(plan)
+        if not plan.feasible:
+            raise DeadlineError(plan.summary().splitlines()[-1].strip())
+        deadline = spec.deadline_at(start)
+        watch = _Watch(deadline, plan.rows)
+        with GpuSampler() as gpu:
+            report, attempts = _with_retries(spec, data, model, watch, progress=progress)
+    except DeadlineError:
+        raise  # refused before anything is written: nothing to report but the reason
+    except Exception as exc:
+        _report_failure(spec, exc, plan=plan, start=start)
+        raise
     finished = datetime.now(timezone.utc)
     late = deadline is not None and finished > deadline
     files = write_report(spec, plan, report, gpu=gpu.result(), deadline=deadline,
                          finished=finished, attempts=attempts)  # fmt: skip
     return JobOutcome(plan, report, late, attempts, files)
+
+
+def _report_failure(spec: JobSpec, exc: Exception, *, plan: Plan | None, start: datetime) -> None:
+    permanent = isinstance(exc, _PERMANENT) or plan is None
+    try:
+        write_failure_report(spec, error=exc, plan=plan, started=start, permanent=permanent,
+                             attempts=1 if permanent else spec.retries + 1)  # fmt: skip
+    except Exception as failed:  # the run's own error is the one to report
+        log.warning("could not write the report of the failed run: %s", failed)
 
 
 def _with_retries(
