@@ -63,16 +63,16 @@ class InputDataset:
         """Refuse, before anything is read, a column scoring reads that some file lacks
         (it would be read as all missing) or holds with a type the others do not."""
         partition = set(self.partition_columns)
+        physical = [set(piece.physical_schema.names) for piece in self.pieces]
         for column in columns:
             if column in self.conflicts:
                 raise InputFileError(self.conflicts[column])
             if column in partition:
                 continue
             lacking = [
-                f.path
-                for f, piece in zip(self.fragments, self.pieces, strict=True)
-                if column not in piece.physical_schema.names
-            ]
+                f.path for f, names in zip(self.fragments, physical, strict=True)
+                if column not in names
+            ]  # fmt: skip
             if lacking:
                 raise InputFileError(
                     f"input file {lacking[0]!r} has no column {column!r}"

@@ -119,8 +119,9 @@ def fused_pays(forest: Forest) -> bool:
 class TensorForest(nn.Module):
     """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included).
 
-    ``fused``: the walk runs trees-outermost and every row block goes through one
-    compiled kernel (:mod:`.fused`); leaf ids still come from the eager walk.
+    After :meth:`compile_blocks` (strategy ``fused``) the walk runs trees-outermost and
+    every row block goes through one compiled kernel (:mod:`.fused`); leaf ids still
+    come from the eager walk.
     """
 
     base_score: torch.Tensor
@@ -133,12 +134,10 @@ class TensorForest(nn.Module):
         *,
         device: torch.device,
         row_cost: int,
-        fused: bool = False,
     ):
         super().__init__()
         self.paths = paths
         self.leaves = leaves
-        self.fused = fused
         self.blocks: FusedBlocks | None = None
         self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
         self.register_buffer(
@@ -238,8 +237,7 @@ def compile_forest(
     acc = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
     built = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
     leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
-    module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost,
-                          fused=built.fused)  # fmt: skip
+    module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost)
     module = module.to(device).eval()
     if built.fused:
         module.compile_blocks()
