@@ -12,12 +12,15 @@ only when its entry matches this job and input and the file still has that sha25
 Publication moves the staged files into place, writes ``_scoring_manifest.json`` and
 writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.  A rerun
 of a published job trusts ``_SUCCESS`` only while every file the manifest names is there
-with its recorded size; otherwise the manifest's intact files count as done (as journal
-entries do) and only the others are scored again.
+with its recorded size (and, with ``verify``, its recorded sha256); otherwise the
+manifest's intact files count as done (as journal entries do) and only the others are
+scored again.
 
-The Spark engine writes through Spark's own committer instead (``part-*`` files, Spark's
-``_SUCCESS`` turned off) and then :meth:`Committer.publish_files` records its files in
-the manifest (``files``, beside the input ``fragments``) and writes ``_SUCCESS`` last.
+The Spark engine writes through Spark's own committer instead, into
+``_temporary/_engine/`` (``part-*`` files, Spark's ``_SUCCESS`` turned off; its overwrite
+mode clears that folder only, so the output's lease stays), and then
+:meth:`Committer.publish_files` moves them into place, records them in the manifest
+(``files``, beside the input ``fragments``) and writes ``_SUCCESS`` last.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import fsspec
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._dataset import Fragment
@@ -43,6 +45,7 @@ MANIFEST = "_scoring_manifest.json"
 SUCCESS = "_SUCCESS"
 STAGING = "_temporary"
 MANIFEST_FORMAT_VERSION = 1
+_HASH_CHUNK = 8 << 20  # outputs are hashed as a stream, never held whole in memory
 
 
 def job_key(job: dict[str, Any]) -> str:
@@ -97,6 +100,7 @@ class Committer:
         *,
         job: dict[str, Any],
         overwrite: bool = False,
+        verify: bool = False,
         engine_files: tuple[str, ...] = (),
     ):
         self.fs, root = fsspec.core.url_to_fs(str(url))
@@ -105,8 +109,11 @@ class Committer:
         self.job = job
         self.job_key = job_key(job)
         self.overwrite = overwrite
+        self.verify = verify  # a complete output's files are read back and hashed
         self.engine_files = engine_files  # prefixes of files an engine's own commit leaves
         self.staging = f"{self.root}/{STAGING}"
+        #: Where an engine with its own committer writes, to be moved into place on publish.
+        self.engine_dir = f"{self.staging}/_engine"
 
     # -- before writing ------------------------------------------------------------
 
@@ -150,14 +157,27 @@ class Committer:
         return False
 
     def _damaged(self, manifest: dict[str, Any]) -> list[str]:
-        """Published files the manifest names that are gone or not of their recorded
-        size (a ``_SUCCESS`` proves nothing about files deleted after it)."""
+        """Published files the manifest names that are gone, not of their recorded size
+        or (``verify``) not of their recorded sha256: a ``_SUCCESS`` proves nothing about
+        files deleted or rewritten after it."""
         listed = manifest.get("files") or [f for f in manifest["fragments"] if "output" in f]
         return [
             f["output"] for f in listed
-            if not self.fs.exists(path := f"{self.root}/{f['output']}")
-            or self.fs.size(path) != f["bytes"]
+            if not self._holds(f"{self.root}/{f['output']}", f, hashed=self.verify)
         ]  # fmt: skip
+
+    def _holds(self, path: str, record: dict[str, Any], *, hashed: bool) -> bool:
+        """``path`` exists with the record's size and, when ``hashed``, its sha256."""
+        if not self.fs.exists(path) or self.fs.size(path) != record["bytes"]:
+            return False
+        return not hashed or self._sha256(path) == record["sha256"]
+
+    def _sha256(self, path: str) -> str:
+        digest = hashlib.sha256()
+        with self.fs.open(path, "rb") as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
 
     def _listing(self) -> list[str]:
         if not self.fs.exists(self.root):
@@ -191,8 +211,8 @@ class Committer:
 
     def _intact(self, entry: Entry) -> bool:
         for path in (f"{self.staging}/{entry.output}", f"{self.root}/{entry.output}"):
-            if self.fs.exists(path) and self.fs.size(path) == entry.bytes:
-                return hashlib.sha256(self.fs.cat_file(path)).hexdigest() == entry.sha256
+            if self._holds(path, entry.__dict__, hashed=False):
+                return self._sha256(path) == entry.sha256
         return False
 
     # -- while writing -------------------------------------------------------------
@@ -249,23 +269,42 @@ class Committer:
     def publish_files(
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
     ) -> dict[str, Any]:
-        """Record the ``prefix*`` files another committer wrote (rows from their footers,
-        sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        """Move the ``prefix*`` files another committer wrote into :attr:`engine_dir` into
+        place (an earlier run's files there go first), record them (rows from their
+        footers, sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        self._unpublish(prefix)
+        for path in self.fs.glob(f"{self.engine_dir}/{prefix}*"):
+            self.fs.mv(path, f"{self.root}/{path.rsplit('/', 1)[-1]}")
         files = []
         for path in sorted(self.fs.glob(f"{self.root}/{prefix}*")):
-            data = self.fs.cat_file(path)
-            rows = pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+            with self.fs.open(path, "rb") as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
             files.append({
                 "output": path[len(self.root) :].lstrip("/"),
                 "rows": rows,
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "bytes": len(data),
+                "sha256": self._sha256(path),
+                "bytes": self.fs.size(path),
             })  # fmt: skip
         inputs = [
             {"relpath": f.relpath, "input": f.path, "fingerprint": f.fingerprint, "rows": f.rows}
             for f in fragments
         ]
-        return self._finish(inputs, {"files": files, **extra})
+        manifest = self._finish(inputs, {"files": files, **extra})
+        self.fs.rm(self.staging, recursive=True)
+        return manifest
+
+    def _unpublish(self, prefix: str) -> None:
+        """Remove ``_SUCCESS`` and every output an earlier run published here (those its
+        manifest names, and any ``prefix*`` file, moved in by an interrupted publish)."""
+        old = self.previous_manifest() or {}
+        if self.fs.exists(f"{self.root}/{SUCCESS}"):
+            self.fs.rm_file(f"{self.root}/{SUCCESS}")
+        named = [f["output"] for f in [*old.get("files", []), *old.get("fragments", [])]
+                 if "output" in f]  # fmt: skip
+        stale = {f"{self.root}/{n}" for n in named} | set(self.fs.glob(f"{self.root}/{prefix}*"))
+        for path in sorted(stale):
+            if self.fs.exists(path):
+                self.fs.rm_file(path)
 
     def _finish(self, fragments: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
         manifest = {

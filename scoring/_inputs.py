@@ -82,7 +82,8 @@ def _check_count(n_columns: int, forest: Forest) -> None:
 
 def select_columns(columns: Sequence[str], forest: Forest) -> list[int | str]:
     """The input columns holding the model's features: by name (:func:`named_columns`),
-    else every column by position."""
+    else every column by position, as the frameworks read an in-memory frame (batch
+    scoring never does: see :class:`~scoring._scorer.Scorer`)."""
     named = named_columns(columns, forest)
     if named is not None:
         return list(named)

@@ -1,12 +1,12 @@
 """The Scorer: Arrow record batches in, output columns out, one model pass per batch.
 
 Columns are matched to the model's features by name (models trained on unnamed data
-read the columns that are not kept, in order, or else ``f0``, ``f1``, ... when the input
-has them all); ints, bools, decimals become floats, nulls become NaN (missing), and
-categorical features (dictionary, string or category columns) are mapped with the
-model's own categories.  The rows are validated once here, then handed to the model's
-backend through :class:`scoring._backends.Backend` (device transfers and out-of-memory
-retries are the backend's); the output columns follow the model's
+read ``f0``, ``f1``, ... or ``Column_0``, ... by name, never columns by position);
+ints, bools, decimals become floats, nulls become NaN (missing), and categorical
+features (dictionary, string or category columns) are mapped with the model's own
+categories.  The rows are validated once here, then handed to the model's backend
+through :class:`scoring._backends.Backend` (device transfers and out-of-memory retries
+are the backend's); the output columns follow the model's
 :class:`~scoring._outputs.OutputLayout`.
 """
 
@@ -21,7 +21,7 @@ from ._backends import Backend
 from ._inputs import feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
-from .errors import FeatureCountError, InputError, NonNumericColumnError
+from .errors import InputError, MissingColumnError, NonNumericColumnError
 
 __all__ = ["Scorer"]
 
@@ -35,12 +35,10 @@ class Scorer:
         *,
         keep: Sequence[str] = (),
         outputs: str = "default",
-        ignore: Sequence[str] = (),
     ):
         self.model = model
         self.forest = model.forest
         self.keep = list(keep)
-        self.ignore = set(ignore)  # never features of an unnamed model (partition keys)
         self.layout = OutputLayout.of(self.forest, outputs)
         self.names = feature_names(self.forest)
         self.output_names = list(self.layout.names)
@@ -108,15 +106,17 @@ class Scorer:
         named = named_columns(columns, self.forest)
         if named is not None:
             return named
-        features = [c for c in columns if c not in set(self.keep) | self.ignore]
-        if len(features) != self.forest.n_features:
-            raise FeatureCountError(
-                f"{self.forest.model_kind} has no feature names, so it reads every input "
-                f"column that is not kept or a partition key: found {len(features)} "
-                f"({', '.join(features[:8])}), it needs {self.forest.n_features}; "
-                "keep the extra columns or drop them"
-            )
-        return features
+        # Reading by position would silently score the wrong features the day a file's
+        # columns come in another order, so an unnamed model takes its generic names.
+        n = self.forest.n_features
+        extra = [c for c in columns if c not in set(self.keep)]
+        raise MissingColumnError(
+            f"{self.forest.model_kind} was trained without feature names, and the input "
+            f"has none of f0..f{n - 1} (found {', '.join(extra[:8])}); give the model its "
+            "names when training (a DataFrame, or booster.feature_names = [...]) and "
+            f"register it again, or name the {n} input columns f0..f{n - 1} in the model's "
+            "feature order"
+        )
 
     # -- scoring -------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Columns are matched by name whenever the input has the model's names, including the
-names frameworks give unnamed features: shuffled ``f0..fN`` are never read by position."""
+names frameworks give unnamed features: shuffled ``f0..fN`` are never read by position,
+and other names given to an unnamed model are refused, not read by position."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import xgboost as xgb
 
 import scoring
+from scoring._inputs import feature_names
 from scoring.errors import MissingColumnError
 
 from .conftest import built
@@ -44,3 +46,23 @@ def test_a_model_whose_real_names_look_generic_names_the_missing_one() -> None:
     cm = scoring.compile(model, backend="tensor", device="cpu")
     with pytest.raises(MissingColumnError, match="'f3'"):
         cm.predict(frame.drop(columns="f3").assign(extra=1.0))
+
+
+def test_an_unnamed_model_refuses_other_names_instead_of_reading_by_position(
+    tmp_path: Path,
+) -> None:
+    model, forest, native = built("xgb_reg")
+    assert feature_names(forest) is None  # trained on a bare array
+    X = np.random.default_rng(4).normal(size=(200, forest.n_features))
+    names = [f"x{i}" for i in range(forest.n_features)]
+    source = tmp_path / "in"
+    source.mkdir()
+    frame = pd.DataFrame(X, columns=names).assign(id=np.arange(200))
+    pq.write_table(pa.Table.from_pandas(frame[["id", *names[::-1]]]), source / "a.parquet")
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    with pytest.raises(MissingColumnError, match=r"without feature names.*found x\d+.*f0\.\.f"):
+        scoring.score_parquet(source, tmp_path / "out", cm, keep=["id"], progress=False)
+    assert not list(tmp_path.glob("out/**/*.parquet"))
+    # An in-memory frame is the caller's own, in view: read as the framework reads it.
+    np.testing.assert_allclose(cm.predict_raw(pd.DataFrame(X, columns=names)),
+                               native.predict_raw(X), rtol=1e-6, atol=1e-6)  # fmt: skip

@@ -298,7 +298,7 @@ def test_killed_run_resumes_and_publishes_every_row_once(tmp_path: Path) -> None
         scoring.score_parquet(*args, keep=["id"], outputs="raw", progress=False)
 
 
-@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "rewritten"])
 def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, damage: str) -> None:
     model, X = model_frame("lgb_reg", rows=3000)
     write_input(X, tmp_path / "in", files=3)
@@ -309,9 +309,16 @@ def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, da
     lost = out / "part-1.parquet"
     if damage == "deleted":
         lost.unlink()
-    else:
+    elif damage == "truncated":
         lost.write_bytes(lost.read_bytes()[:100])
-    again = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False)
+    else:  # same size, other bytes: only the checksums of verify see it
+        data = bytearray(lost.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lost.write_bytes(bytes(data))
+        unverified = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False)
+        assert unverified.already_complete
+    again = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False,
+                                  verify=damage == "rewritten")  # fmt: skip
     assert not again.already_complete
     assert again.rows == 1000 and again.rows_skipped == 2000  # only the damaged file
     ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
@@ -321,7 +328,8 @@ def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, da
         f["sha256"] for f in json.loads(manifest)["fragments"]
     ]  # the same bytes as the first run's (one backend: auto may time another pick)
     assert first.rows == 3000
-    last = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False)
+    last = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False,
+                                 verify=True)  # fmt: skip
     assert last.already_complete
 
 
@@ -391,7 +399,8 @@ def _cli_score(*args: str) -> Any:
 def test_a_write_failure_is_one_line_and_publishes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
 ) -> None:
-    monkeypatch.delenv("SCORING_DEBUG", raising=False)  # and restored absent after
+    # Recorded by monkeypatch, so whatever --debug sets below is undone after the test.
+    monkeypatch.setenv("SCORING_DEBUG", "0")
     model, X = model_frame("lgb_reg", rows=600)
     model.booster_.save_model(tmp_path / "model.txt")
     write_input(X, tmp_path / "in", files=2)
@@ -413,7 +422,7 @@ def test_a_write_failure_is_one_line_and_publishes_nothing(
                               "--debug"}[fault]  # fmt: skip
     assert expected in message
     assert not (tmp_path / "out" / "_SUCCESS").exists()
-    debug = runner.invoke(app, ["--debug", "score", *args])  # sets SCORING_DEBUG: undone
+    debug = runner.invoke(app, ["--debug", "score", *args])
     assert debug.exit_code == 1 and isinstance(debug.exception, (OSError, RuntimeError))
 
 

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring.errors import EngineError, MissingColumnError
+from scoring._lease import OutputLease
+from scoring.errors import EngineError, MissingColumnError, OutputError
 
 from .test_score_parquet import assert_native_parity, model_frame, native_columns, write_input
 
@@ -152,6 +153,19 @@ def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -
     done = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
                                  progress=False)  # fmt: skip
     assert done.already_complete
+    others = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("part-"))
+    assert others == ["_SUCCESS", "_scoring_manifest.json"]  # no lease, staging or .crc left
+    # Spark's committer writes into the staging folder, so the output keeps its lease.
+    published = (tmp_path / "out" / "_scoring_manifest.json").read_text()
+    holder = OutputLease(str(tmp_path / "out"))
+    holder.acquire()
+    try:
+        with pytest.raises(OutputError, match=r"being written by another run \(pid "):
+            scoring.score_parquet(*args, engine="spark", keep=["id"], outputs="raw",
+                                  overwrite=True, registry=registry, progress=False)  # fmt: skip
+    finally:
+        holder.release()
+    assert (tmp_path / "out" / "_scoring_manifest.json").read_text() == published
 
 
 class _Conf:

@@ -61,6 +61,7 @@ def score_parquet(
     backend: str = "auto",
     registry: str | os.PathLike[str] | ModelStore | None = None,
     overwrite: bool = False,
+    verify: bool = False,
     progress: bool = True,
     engine_options: Mapping[str, Any] | None = None,
     on_progress: Callable[[float, int], None] | None = None,
@@ -70,6 +71,9 @@ def score_parquet(
     ``input`` may be an already opened :class:`~scoring._dataset.InputDataset` and
     ``model`` an already resolved :class:`~scoring._engines.base.ModelSource` (a job's
     planner made both), so nothing is listed, read or compiled twice.
+
+    ``verify``: a rerun into a complete output hashes its files against the manifest's
+    sha256 (else sizes are compared) and rescores those that differ.
 
     ``on_progress(seconds, rows)`` is called as rows are written (job deadlines).
     """
@@ -81,12 +85,11 @@ def score_parquet(
     source = resolve_model(model, registry=registry, device=device, backend=backend,
                            local=runner.local)  # fmt: skip
     data = input if isinstance(input, InputDataset) else str(input)
-    # Spark's own committer (overwrite mode) clears the output folder, lease included.
-    lease = OutputLease(str(output)) if not runner.engine_files else None
+    lease = OutputLease(str(output))
     try:
         run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                       overwrite=overwrite, engine=runner, device=device, backend=backend,
-                       lease=lease)  # fmt: skip
+                       overwrite=overwrite, verify=verify, engine=runner, device=device,
+                       backend=backend, lease=lease)  # fmt: skip
         if run.complete:
             return report(run, engine=engine, timeline=[])
         tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
@@ -96,12 +99,10 @@ def score_parquet(
             scored = runner.run(run, source=source, options=options, progress=tracker)
         finally:
             tracker.close()
-        if lease is not None:
-            lease.check()
+        lease.check()
         files = publish(run, scored, engine=runner)
     finally:
-        if lease is not None:
-            lease.release()
+        lease.release()
     result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
     result.files = files
     return result

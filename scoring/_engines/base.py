@@ -251,6 +251,7 @@ def plan_run(
     keep: Sequence[str] = (),
     outputs: str = "default",
     overwrite: bool = False,
+    verify: bool = False,
     engine: Engine,
     device: str = "auto",
     backend: str = "auto",
@@ -260,7 +261,7 @@ def plan_run(
     ``lease`` is taken once the input is known good, before the output's state is read."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
-    scorer = Scorer(model, keep=keep, outputs=outputs, ignore=data.partition_columns)
+    scorer = Scorer(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)  # every file, not only the first, holds what is read
@@ -269,7 +270,8 @@ def plan_run(
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
-    committer = Committer(output, job=job, overwrite=overwrite, engine_files=engine.engine_files)
+    committer = Committer(output, job=job, overwrite=overwrite, verify=verify,
+                          engine_files=engine.engine_files)  # fmt: skip
     complete = committer.check_target(data.fragments)
     done = {} if complete or not engine.resumes else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]

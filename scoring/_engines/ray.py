@@ -193,7 +193,7 @@ class _FileWorker:
             spec.bundle, device=spec.device, backend=spec.backend, threads=spec.threads
         )
         data = spec.data
-        scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
+        scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs)
         metadata = output_metadata(model)
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(

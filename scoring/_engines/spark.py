@@ -1,11 +1,12 @@
 """``engine="spark"``: the job as a Spark read, score and write, and the executor side
 every Spark entry point shares.
 
-The driver plans the run as the other engines do (every check before writing), then
-Spark reads the input files, :func:`score_frame` scores them on the executors through
-``mapInArrow`` and Spark's own committer writes ``part-*`` files in overwrite mode, so a
-rerun after a failure replaces a partial output instead of appending to it.  Spark's
-``_SUCCESS`` is turned off; ours follows the manifest, as for the other engines.
+The driver plans the run as the other engines do (every check before writing, the
+output's lease), then Spark reads the input files, :func:`score_frame` scores them on
+the executors through ``mapInArrow`` and Spark's own committer writes ``part-*`` files
+in overwrite mode into the output's staging folder, so a rerun after a failure replaces
+a partial output instead of appending to it.  Spark's ``_SUCCESS`` is turned off; the
+files are moved into place and ours follows the manifest, as for the other engines.
 
 The model travels as a bundle in a broadcast and is checked by sha256 on the executors;
 compiled models are cached per Python worker.  A task's GPU comes from
@@ -210,7 +211,7 @@ class SparkEngine:
         df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
         scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
                              device=run.device, backend=run.backend)  # fmt: skip
-        output = run.committer.fs.unstrip_protocol(run.committer.root)
+        output = run.committer.fs.unstrip_protocol(run.committer.engine_dir)
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend; record what was asked for.

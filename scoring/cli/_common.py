@@ -12,8 +12,9 @@ import typer
 
 from ..errors import ConfigError, ScoringError
 
-__all__ = ["REGISTRY_OPTION", "debugging", "fail", "reported"]
+__all__ = ["REGISTRY_OPTION", "VERIFY_HELP", "debugging", "fail", "reported"]
 
+VERIFY_HELP = "a rerun into a complete output checks its files' sha256, not only sizes"
 REGISTRY_OPTION = typer.Option(
     None,
     "--registry",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from ._common import fail, reported
+from ._common import VERIFY_HELP, fail, reported
 
 if TYPE_CHECKING:
     from ..jobs import JobSpec
@@ -48,6 +48,7 @@ def plan(job: Path = typer.Argument(..., help="job file (TOML)")) -> None:
 def run(
     job: Path = typer.Argument(..., help="job file (TOML)"),
     progress: bool = typer.Option(True, help="progress bar / log lines while running"),
+    verify: bool = typer.Option(False, help=VERIFY_HELP),
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
     from ..errors import DeadlineError
@@ -55,6 +56,8 @@ def run(
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
     spec = _load(job, "run")
+    if verify:  # the job file's own ``verify`` is the default
+        spec = spec.model_copy(update={"verify": True})
     with reported("run"):
         try:
             outcome = run_job(spec, progress=progress, on_plan=lambda p: console.print(p.summary()))

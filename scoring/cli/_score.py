@@ -7,7 +7,7 @@ import json
 import typer
 from rich.console import Console
 
-from ._common import REGISTRY_OPTION, fail, reported
+from ._common import REGISTRY_OPTION, VERIFY_HELP, fail, reported
 
 __all__ = ["score"]
 
@@ -47,6 +47,7 @@ def score(
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     backend: str = typer.Option("auto", help="auto, tensor, native or hummingbird"),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
+    verify: bool = typer.Option(False, help=VERIFY_HELP),
     registry: str | None = REGISTRY_OPTION,
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
@@ -72,6 +73,7 @@ def score(
             backend=backend,
             registry=registry,
             overwrite=overwrite,
+            verify=verify,
             engine_options=options,
         )
     Console(stderr=True).print(f"scored {result.summary()}")

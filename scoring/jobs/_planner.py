@@ -165,7 +165,7 @@ def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
     """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
     each timed on a sample: the stages overlap, so the slowest one sets the pace.  The
     sample is scored as the engine scores it, side by side where the engine does."""
-    scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs, ignore=data.partition_columns)
+    scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)
     calls = parallel_calls(scorer)

@@ -131,8 +131,8 @@ def _with_retries(
             report = score_parquet(
                 data, spec.output, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
-                registry=spec.registry, engine_options=spec.engine_options(), on_progress=watch,
-                progress=progress,
+                verify=spec.verify, registry=spec.registry,
+                engine_options=spec.engine_options(), on_progress=watch, progress=progress,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:

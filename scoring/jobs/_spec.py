@@ -15,6 +15,7 @@
     backend = "auto"
     workers = "auto"                            # or a number (engines with workers)
     retries = 1                                 # reruns after a failure (they resume)
+    verify = false                              # a complete output's files: sha256, not sizes
 
     [resources]                                 # per worker (ray: actors; spark: tasks)
     cpus = 1.0
@@ -104,6 +105,7 @@ class JobSpec(_EngineTables):
     backend: Literal["auto", "tensor", "native", "hummingbird"] = "auto"
     workers: Literal["auto"] | int = "auto"
     retries: int = Field(default=0, ge=0, le=10)
+    verify: bool = False
     registry: str | None = None
     resources: Resources = Resources()
 
