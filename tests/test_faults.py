@@ -1,0 +1,214 @@
+"""Fault injection: what an operator meets beyond the happy path ends in one line, an
+exit status, nothing wrong published, and a rerun that finishes the job.
+
+Each case of issue 15's list is reproduced by a test; those that belong to one stage
+live beside that stage's other tests:
+
+- schema drift between files, zero-row files, duplicate names: ``test_schema_drift.py``
+- two runs writing one output: here (a run paused mid-write by an event), and the lease
+  itself (dead holders, stale heartbeats, a lost lease): ``test_lease.py``
+- output inside the input, stale completion (a published file deleted, truncated or
+  rewritten; ``_temporary/`` left by a kill after ``_SUCCESS``), a kill mid-run:
+  ``test_score_parquet.py``; on Ray, a killed actor: ``test_ray.py``
+- unnamed models and generic column names: ``test_column_names.py``
+- disk full and a non-writable output (a filesystem that fails writes), a corrupt
+  registry database and a truncated LightGBM file at the command line: here; the same
+  boundaries in the SDK: ``test_errors.py``, ``test_compile.py``
+- job files (``${VAR}`` unset anywhere, a failed run's report): ``test_jobs.py``
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+from typer.testing import CliRunner
+
+import scoring
+from scoring.cli import app
+
+from .conftest import built
+from .test_score_parquet import model_frame, write_input
+
+runner = CliRunner()
+
+
+def _one_line_failure(result: Any, *expected: str) -> str:
+    """The command failed with exit 1 and one line on stderr, naming ``expected``."""
+    message = str(result.stderr).strip()
+    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
+    assert "\n" not in message and "Traceback" not in message, message
+    for text in expected:
+        assert text in message, message
+    return message
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCORING_DEBUG", "0")  # an operator's shell: no tracebacks
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> dict[str, Any]:
+    model, X = model_frame("lgb_reg", rows=2000)
+    model.booster_.save_model(tmp_path / "model.txt")
+    write_input(X, tmp_path / "in", files=4)
+    return {"model": str(tmp_path / "model.txt"), "input": str(tmp_path / "in"),
+            "output": str(tmp_path / "out")}  # fmt: skip
+
+
+def _cli_score(job: dict[str, Any], *extra: str) -> Any:
+    return runner.invoke(app, ["score", "--model", job["model"], "--input", job["input"],
+                               "--output", job["output"], "--keep", "id", *extra])  # fmt: skip
+
+
+def _ids(output: str) -> list[int]:
+    return sorted(pq.read_table(output, columns=["id"]).column("id").to_pylist())
+
+
+# -- two runs writing one output ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", ["the same job", "another model"])
+def test_a_second_run_while_the_first_is_paused_mid_write_is_refused(
+    job: dict[str, Any], tmp_path: Path, second: str
+) -> None:
+    paused, resume = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def pause_once(seconds: float, rows: int) -> None:  # called after a file is written
+        if not paused.is_set():
+            paused.set()
+            resume.wait()
+
+    def first() -> None:
+        try:
+            outcome["report"] = scoring.score_parquet(
+                job["input"], job["output"], job["model"], keep=["id"], progress=False,
+                on_progress=pause_once,
+            )  # fmt: skip
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        while not paused.wait(0.05):  # the event: the first run has written a file
+            assert thread.is_alive(), outcome
+        if second == "another model":
+            model, _ = model_frame("lgb_reg", rows=10)
+            model.booster_.save_model(tmp_path / "other.txt")
+            job = {**job, "model": str(tmp_path / "other.txt")}
+        refused = _cli_score(job, "--overwrite")
+        _one_line_failure(refused, "being written by another run", f"pid {os.getpid()} on")
+    finally:
+        resume.set()
+        thread.join()
+    assert "error" not in outcome, outcome  # the paused run finishes and publishes
+    assert outcome["report"].rows == 2000 and _ids(job["output"]) == list(range(2000))
+    assert not (Path(job["output"]) / "_scoring_lease.json").exists()
+
+
+# -- a filesystem that fails writes ------------------------------------------------------
+
+
+class _FailingWrites(MemoryFileSystem):
+    """An in-memory filesystem whose writes fail once ``room`` bytes are used up, or
+    at once with ``denied`` (a read-only output): ENOSPC and EACCES as a disk gives."""
+
+    protocol = "faulty"
+    store: ClassVar[dict[str, Any]] = {}
+    pseudo_dirs: ClassVar[list[str]] = [""]
+    room: ClassVar[int] = 0
+    denied: ClassVar[bool] = False
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, str) and path.startswith("faulty://"):
+            path = f"memory://{path[len('faulty://') :]}"
+        return super()._strip_protocol(path)
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        if self.denied and mode[0] in "wxa":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        f = super()._open(path, mode, **kwargs)
+        if mode[0] in "wxa":
+            write = f.write
+
+            def limited(data: Any) -> int:
+                size = memoryview(data).nbytes
+                if size > _FailingWrites.room:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+                _FailingWrites.room -= size
+                return int(write(data))
+
+            f.write = limited
+        return f
+
+
+@pytest.fixture
+def faulty(monkeypatch: pytest.MonkeyPatch) -> type[_FailingWrites]:
+    fsspec.register_implementation("faulty", _FailingWrites, clobber=True)
+    monkeypatch.setattr(_FailingWrites, "store", {})
+    monkeypatch.setattr(_FailingWrites, "pseudo_dirs", [""])
+    return _FailingWrites
+
+
+def test_a_disk_that_fills_mid_run_fails_in_one_line_and_the_rerun_resumes(
+    job: dict[str, Any], faulty: type[_FailingWrites], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = {**job, "output": "faulty://scores"}
+    monkeypatch.setattr(faulty, "room", 10**9)
+    assert _cli_score(job).exit_code == 0  # how many bytes a whole run writes
+    written = 10**9 - faulty.room
+    monkeypatch.setattr(faulty, "store", {})
+    monkeypatch.setattr(faulty, "room", written // 2)  # the disk fills half way
+    _one_line_failure(_cli_score(job), "No space left on device", "scores/")
+    fs = faulty()
+    assert not fs.exists("/scores/_SUCCESS") and not fs.glob("/scores/*.parquet")
+    journaled = len(fs.glob("/scores/_temporary/_journal/*.json"))
+    assert 0 < journaled < 4  # files before the fault were finished and journaled
+    monkeypatch.setattr(faulty, "room", 10**9)  # room again: the rerun skips those files
+    again = _cli_score(job)
+    assert again.exit_code == 0, again.output
+    table = pq.read_table("/scores", filesystem=fs, columns=["id"])
+    assert sorted(table.column("id").to_pylist()) == list(range(2000))
+    assert fs.exists("/scores/_SUCCESS") and not fs.exists("/scores/_temporary")
+
+
+def test_an_output_that_cannot_be_written_fails_in_one_line(
+    job: dict[str, Any], faulty: type[_FailingWrites], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(faulty, "denied", True)
+    job = {**job, "output": "faulty://readonly"}
+    _one_line_failure(_cli_score(job), "Permission denied", "readonly/")
+    assert not faulty().find("/readonly")  # not a file, not even a lease
+
+
+# -- a damaged registry or model file ----------------------------------------------------
+
+
+def test_a_corrupt_registry_database_is_one_line(tmp_path: Path) -> None:
+    model, _, _ = built("lgb_reg")
+    scoring.Registry(tmp_path / "reg").register("m", model)
+    (tmp_path / "reg" / "registry.db").write_bytes(b"\x00garbage" * 400)
+    for command in (["models", "list"], ["models", "show", "m@1"]):
+        result = runner.invoke(app, [*command, "--registry", str(tmp_path / "reg")])
+        _one_line_failure(result, "registry.db")
+
+
+def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
+    path = Path(job["model"])
+    text = path.read_bytes()
+    path.write_bytes(text[: len(text) // 3])
+    _one_line_failure(_cli_score(job), "model.txt")
+    assert not Path(job["output"]).exists() or not list(Path(job["output"]).rglob("*.parquet"))
+    path.write_bytes(text)  # the model saved again: the same command now scores
+    assert _cli_score(job).exit_code == 0 and _ids(job["output"]) == list(range(2000))
