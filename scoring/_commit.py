@@ -25,6 +25,7 @@ mode clears that folder only, so the output's lease stays), and then
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import uuid
@@ -60,9 +61,19 @@ class HashingSink:
         self.raw = raw
         self.sha = hashlib.sha256()
         self.size = 0
+        self.dropped = False
+
+    def drop(self) -> None:
+        """Close the file and take later writes into the void, so that a writer
+        interrupted by a failure can still be closed (not left to fail at exit)."""
+        self.dropped = True
+        with contextlib.suppress(Exception):
+            self.raw.close()
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
+        if self.dropped:
+            return view.nbytes
         self.sha.update(view)
         self.size += view.nbytes
         return int(self.raw.write(data))
@@ -222,6 +233,12 @@ class Committer:
         tmp = f"{self.staging}/{output_name(fragment)}.inprogress-{uuid.uuid4().hex}"
         self.fs.makedirs(tmp.rsplit("/", 1)[0], exist_ok=True)
         return tmp, HashingSink(self.fs.open(tmp, "wb"))
+
+    def discard(self, tmp: str) -> None:
+        """Remove an unfinished file (best effort: a rerun never trusts one anyway)."""
+        with contextlib.suppress(OSError):
+            if self.fs.exists(tmp):
+                self.fs.rm_file(tmp)
 
     def finish(self, fragment: Fragment, tmp: str, sink: HashingSink, rows: int) -> Entry:
         """Move a closed output into the staging area and journal it."""

@@ -175,6 +175,7 @@ def test_a_disk_that_fills_mid_run_fails_in_one_line_and_the_rerun_resumes(
     assert not fs.exists("/scores/_SUCCESS") and not fs.glob("/scores/*.parquet")
     journaled = len(fs.glob("/scores/_temporary/_journal/*.json"))
     assert 0 < journaled < 4  # files before the fault were finished and journaled
+    assert not fs.glob("/scores/_temporary/*.inprogress-*")  # the one it stopped is gone
     monkeypatch.setattr(faulty, "room", 10**9)  # room again: the rerun skips those files
     again = _cli_score(job)
     assert again.exit_code == 0, again.output

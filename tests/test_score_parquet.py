@@ -422,6 +422,7 @@ def test_a_write_failure_is_one_line_and_publishes_nothing(
                               "--debug"}[fault]  # fmt: skip
     assert expected in message
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+    assert not list((tmp_path / "out").rglob("*.inprogress-*"))  # the interrupted file
     debug = runner.invoke(app, ["--debug", "score", *args])
     assert debug.exit_code == 1 and isinstance(debug.exception, (OSError, RuntimeError))
 

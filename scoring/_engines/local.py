@@ -10,6 +10,7 @@ the writer takes the scored batches in the order they were read, so rows keep fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -150,15 +151,20 @@ class _Pipeline:
 
     def _write(self) -> None:
         current: _OutputFile | None = None
-        for fragment, scored in self.write_q.drain():
-            current = current or _OutputFile(self.job, fragment)
-            if scored is _END:
-                self.entries.append(current.close())
-                current = None
-            else:
-                table = scored.result()
-                current.write(table)
-                self.progress.advance(table.num_rows)
+        try:
+            for fragment, scored in self.write_q.drain():
+                current = current or _OutputFile(self.job, fragment)
+                if scored is _END:
+                    self.entries.append(current.close())
+                    current = None
+                else:
+                    table = scored.result()
+                    current.write(table)
+                    self.progress.advance(table.num_rows)
+        except BaseException:
+            if current is not None:
+                current.abandon()
+            raise
 
 
 @dataclass(frozen=True)
@@ -201,7 +207,11 @@ class _OutputFile:
     def __init__(self, run: Run, fragment: Fragment):
         self.run, self.fragment, self.rows = run, fragment, 0
         self.tmp, self.sink = run.committer.open(fragment)
-        self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy")
+        try:
+            self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy")
+        except BaseException:  # its first bytes could not be written
+            self._drop()
+            raise
 
     def write(self, table: pa.Table) -> None:
         self.writer.write_table(self.run.cast(table))
@@ -211,3 +221,16 @@ class _OutputFile:
         self.writer.close()
         self.sink.close()
         return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows)
+
+    def abandon(self) -> None:
+        """Drop a file a failure interrupted.  Its writer is closed here, into a dropped
+        sink: left open, the garbage collector would close it and print the failure's
+        traceback again ("Exception ignored in ...")."""
+        self.sink.drop()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        self._drop()
+
+    def _drop(self) -> None:
+        self.sink.drop()
+        self.run.committer.discard(self.tmp)
