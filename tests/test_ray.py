@@ -97,6 +97,18 @@ def test_missing_column_is_refused_before_writing(tmp_path: Path, ray_session: A
     assert not (tmp_path / "out").exists()
 
 
+def test_a_failure_inside_an_actor_is_raised_as_it_was(tmp_path: Path, ray_session: Any) -> None:
+    model, X = model_frame("lgb_reg", rows=1000)
+    write_input(X, tmp_path / "in", files=2)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "_temporary").write_text("a file where the staging folder goes")
+    with pytest.raises(FileExistsError) as raised:  # not Ray Data's wrapper and its advice
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
+                              keep=["id"], progress=False)  # fmt: skip
+    assert raised.value.filename == str(tmp_path / "out" / "_temporary")
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
 def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: Any) -> None:
     from scoring.ray import score_dataset
 

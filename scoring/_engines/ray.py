@@ -7,7 +7,9 @@ staging area, so the commit is the local engine's: a retried task or a restarted
 rewrites the same staged file under a fresh temporary name, and the journal, not the
 tasks' return values, decides what is published.  Data never passes through the object
 store; actors read the files where they are.  Workers get the model as a bundle through
-the object store and check its sha256 before compiling it (once per process).
+the object store and check its sha256 before compiling it (once per process).  A file
+that fails in an actor comes back as a record, and the driver raises its error as it was
+(ours, or the OS error naming the path), never Ray Data's wrapper of it.
 
 Resources (:func:`plan_workers`): one actor per GPU with a fractional CPU request, or,
 without GPUs, CPU actors sized so that Ray's read tasks always find a CPU.
@@ -15,6 +17,7 @@ without GPUs, CPU actors sized so that Ray's read tasks always find a CPU.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import math
@@ -30,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
+from .. import errors
 from .._bundle import Bundle
 from .._cache import compiled
 from .._commit import Committer, Entry
@@ -222,15 +226,24 @@ class _FileWorker:
             threading.Event().wait(0.05)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = {"fragment": [], "rows": [], "worker": [], "metadata": []}
+        out: dict[str, list[Any]] = {
+            "fragment": [], "rows": [], "worker": [], "metadata": [], "error": []
+        }  # fmt: skip
         for index in batch["fragment"]:
             fragment = self.run.data.fragments[int(index)]
             run = replace(self.run, todo=[fragment])
-            (entry,) = run_local(run, progress=RunProgress(fragment.rows, enabled=False))
+            try:
+                (entry,) = run_local(run, progress=RunProgress(fragment.rows, enabled=False))
+                rows, error = entry.rows, ""
+            except Exception as exc:  # raised again by the driver: see _failure
+                rows, error = 0, _failure(exc)
             out["fragment"].append(int(index))
-            out["rows"].append(entry.rows)
+            out["rows"].append(rows)
             out["worker"].append(self.name)
             out["metadata"].append(self.metadata)
+            out["error"].append(error)
+            if error:
+                return out
             self._held()
         return out
 
@@ -306,6 +319,8 @@ class RayEngine:
         with translated("ray", "the Ray job failed"):
             try:
                 for row in _scored_files(run, spec, plan).iter_rows():
+                    if row["error"]:
+                        raise _raised(row["error"], worker=row["worker"])
                     workers[row["worker"]] = workers.get(row["worker"], 0) + int(row["rows"])
                     metadata = metadata or json.loads(row["metadata"])
                     progress.advance(int(row["rows"]))
@@ -362,6 +377,32 @@ def _journaled(run: Run) -> list[Entry]:
             f"({missing[0]!r}, ...); rerun the same command to finish them"
         )
     return [done[f.relpath] for f in run.todo]
+
+
+def _failure(exc: Exception) -> str:
+    """A file's failure in an actor, as a record for the driver to raise again.  Raised
+    through Ray instead, it would lose its cause on the way back (exceptions pickle
+    without one) and surface as Ray Data's wrapper, whose message ends with advice."""
+    record: dict[str, Any] = {"kind": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, OSError):
+        filename = None if exc.filename is None else str(exc.filename)
+        record.update(errno=exc.errno, strerror=exc.strerror, filename=filename)
+    return json.dumps(record)
+
+
+def _raised(text: str, *, worker: str) -> Exception:
+    """The error a :func:`_failure` record stands for: ours and OS errors as they were
+    (the command line words them as for the local engine), anything else named."""
+    record = json.loads(text)
+    kind, message = record["kind"], record["message"]
+    ours = getattr(errors, kind, None)
+    if isinstance(ours, type) and issubclass(ours, ScoringError):
+        return ours(message)
+    system = getattr(builtins, kind, None)
+    if isinstance(system, type) and issubclass(system, OSError) and record.get("strerror"):
+        return system(record["errno"], record["strerror"], record["filename"])
+    first = next((line for line in message.splitlines() if line.strip()), "")
+    return EngineError(f"a Ray worker ({worker}) failed: {kind}: {first}")
 
 
 def _ours(exc: BaseException) -> ScoringError | None:
