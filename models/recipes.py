@@ -15,7 +15,7 @@ class Recipe:
     name: str
     framework: str  # sklearn | xgboost | lightgbm
     estimator: str  # class name, or "Booster" for the native training API
-    task: str  # binary | multiclass | regression | poisson | ranking | anomaly
+    task: str  # binary | multiclass | one_class | regression | poisson | ranking | anomaly
     n_trees: int = 10
     depth: int = 4
     n_features: int = 6
@@ -62,6 +62,8 @@ def make_data(
 def _target(task: str, signal: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if task == "binary":
         return (signal > np.quantile(signal, 0.8)).astype(int)  # imbalanced on purpose
+    if task == "one_class":  # a classifier fitted on a segment where one class is left
+        return np.zeros(len(signal), dtype=int)
     if task == "multiclass":
         return np.digitize(signal, np.quantile(signal, [0.3, 0.7]))
     if task in ("poisson", "gamma"):
@@ -135,6 +137,7 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_rf_reg", "sklearn", "RandomForestRegressor", "regression"),
     _r("sk_et_clf", "sklearn", "ExtraTreesClassifier", "binary"),
     _r("sk_et_reg", "sklearn", "ExtraTreesRegressor", "regression"),
+    _r("sk_rf_one", "sklearn", "RandomForestClassifier", "one_class"),
     _r("sk_gb_clf", "sklearn", "GradientBoostingClassifier", "binary", missing=False, depth=3),
     _r("sk_gb_multi", "sklearn", "GradientBoostingClassifier", "multiclass",
        missing=False, depth=3),
@@ -148,6 +151,7 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_iforest", "sklearn", "IsolationForest", "anomaly", params={"max_samples": 128}),
     _r("xgb_clf", "xgboost", "XGBClassifier", "binary"),
     _r("xgb_multi", "xgboost", "XGBClassifier", "multiclass"),
+    _r("xgb_one", "xgboost", "XGBClassifier", "one_class"),
     _r("xgb_softmax", "xgboost", "Booster", "multiclass",
        params={"objective": "multi:softmax", "num_class": 3}),
     _r("xgb_reg", "xgboost", "XGBRegressor", "regression"),

@@ -115,10 +115,10 @@ def probabilities(forest: Forest, values: np.ndarray) -> np.ndarray:
             f"predict_proba is for classifiers; {forest.model_kind} ({forest.objective}) "
             "predicts values: use predict"
         )
-    if values.shape[1] == 1:
+    if forest.task == "binary" and values.shape[1] == 1:
         p = values[:, 0]
         return np.column_stack([1.0 - p, p])
-    return values
+    return values  # one column per class (a forest fitted on one class has one)
 
 
 def predictions(forest: Forest, values: np.ndarray) -> np.ndarray:

@@ -231,7 +231,8 @@ class SklearnNative(NativeModel):
             return self.call("decision_function", X)
         if kind in _HGB_KINDS:  # regressors: the margin before the link
             return squeeze(self.call("_raw_predict", X))
-        return self.call("predict_proba" if classifier else "predict", X)
+        # A forest's margins are its class fractions: one column (one class) as a vector.
+        return squeeze(self.call("predict_proba" if classifier else "predict", X))
 
     def predict_leaf(self, X: Any) -> np.ndarray:
         if self.forest.model_kind in _HGB_KINDS:

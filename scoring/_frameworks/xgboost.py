@@ -11,6 +11,8 @@ past the bitset), goes left.  Leaves are summed in float32 in tree order, plus
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
 import itertools
 import json
 import math
@@ -87,12 +89,38 @@ def _post_transform(objective: str) -> str:
     raise UnsupportedModelError(f"XGBoost objective {objective!r} is not supported")
 
 
+#: XGBoost keeps a logistic model's base_score inside (eps, 1 - eps): a classifier
+#: fitted on one class has base_score 0, and a margin of -13.81551, not -inf.
+_PROB_EPS = np.float32(1e-6)
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    """XGBoost's ``-logf(1.0f / p - 1.0f)`` in float32, with the C library's ``logf``
+    as XGBoost calls it (numpy's float32 log differs from it in the last bit)."""
+    one = np.float32(1.0)
+    clamped = np.clip(p.astype(np.float32), _PROB_EPS, one - _PROB_EPS)
+    odds = one / clamped - one
+    return np.array([-_logf(float(v)) for v in odds], dtype=np.float32).astype(np.float64)
+
+
+def _libm_logf() -> Any:
+    library = ctypes.util.find_library("m")
+    if library is None:  # no separate C math library (Windows): round the double log
+        return lambda v: float(np.float32(math.log(v)))
+    logf = ctypes.CDLL(library).logf
+    logf.restype, logf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return logf
+
+
+_logf = _libm_logf()
+
+
 def _base_margin(learner: dict[str, Any], objective: str, n_outputs: int) -> np.ndarray:
     text = str(learner["learner_model_param"]["base_score"]).strip("[]")
     values = np.array([float(v) for v in text.split(",")], dtype=np.float32).astype(np.float64)
     values = np.broadcast_to(values, (n_outputs,)).copy() if values.size == 1 else values
     if objective in _LOGISTIC:
-        return np.log(values / (1.0 - values)).astype(np.float32).astype(np.float64)
+        return _logit(values)
     if objective in _LOG_LINK:
         return np.log(values).astype(np.float32).astype(np.float64)
     return values

@@ -1,0 +1,60 @@
+"""What native returns, exactly: classifiers fitted on one class, and XGBoost's base
+margin as XGBoost computes it (the parity suite holds every recipe to native; these are
+the edges it found)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xgboost as xgb
+from sklearn.ensemble import ExtraTreesClassifier, RandomForestClassifier
+from sklearn.tree import DecisionTreeClassifier
+
+import scoring
+from scoring._scorer import Scorer
+
+ROWS = np.random.default_rng(5).normal(size=(50, 3))
+
+
+@pytest.mark.parametrize("backend", ["tensor", "native"])
+@pytest.mark.parametrize("kind", [DecisionTreeClassifier, RandomForestClassifier,
+                                  ExtraTreesClassifier])  # fmt: skip
+def test_a_forest_fitted_on_one_class_predicts_it_as_native_does(kind: type, backend: str) -> None:
+    params = {} if kind is DecisionTreeClassifier else {"n_estimators": 3}
+    model = kind(random_state=0, **params).fit(ROWS, np.array(["only"] * len(ROWS)))
+    cm = scoring.compile(model, backend=backend, device="cpu")
+    np.testing.assert_array_equal(cm.predict_proba(ROWS), model.predict_proba(ROWS))  # [n, 1]
+    np.testing.assert_array_equal(cm.predict(ROWS), model.predict(ROWS))
+    table = pa.table({f"f{i}": ROWS[:, i] for i in range(3)})
+    scored = Scorer(cm).score(table)
+    assert scored.schema.names == ["probability_only", "label"]
+    assert scored.column("probability_only").to_pylist() == [1.0] * len(ROWS)
+    assert set(scored.column("label").to_pylist()) == {"only"}
+
+
+def test_an_xgboost_classifier_fitted_on_one_class_keeps_xgboosts_margin() -> None:
+    model = xgb.XGBClassifier(n_estimators=3).fit(ROWS, np.zeros(len(ROWS), dtype=int))
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    margin = model.get_booster().predict(xgb.DMatrix(ROWS), output_margin=True)
+    np.testing.assert_array_equal(cm.predict_raw(ROWS), margin)  # -13.81551, not -inf
+    np.testing.assert_array_equal(cm.predict_proba(ROWS), model.predict_proba(ROWS))
+    np.testing.assert_array_equal(cm.predict(ROWS), model.predict(ROWS))
+
+
+def test_a_logistic_base_score_becomes_the_margin_xgboost_computes() -> None:
+    """XGBoost's logit is float32 arithmetic with the C library's logf: a base score
+    of 0.5037953 is a margin of 0.01518164 there, one bit from the float64 logit."""
+    X, y = ROWS, (ROWS[:, 0] > 0).astype(float)
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 2}, xgb.DMatrix(X, y), 1)
+    saved = json.loads(booster.save_raw("json"))
+    scores = np.random.default_rng(6).uniform(0.0, 1.0, 60).astype(np.float32)
+    for p in [*scores, 0.5037953, 0.0, 1e-7, 1.0]:
+        saved["learner"]["learner_model_param"]["base_score"] = f"[{float(np.float32(p))!r}]"
+        edited = xgb.Booster()
+        edited.load_model(bytearray(json.dumps(saved).encode()))
+        cm = scoring.compile(edited, backend="tensor", device="cpu")
+        native = edited.predict(xgb.DMatrix(X), output_margin=True)
+        np.testing.assert_array_equal(cm.predict_raw(X), native, err_msg=f"base_score {p!r}")
