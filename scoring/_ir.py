@@ -13,8 +13,10 @@ of XGBoost, LightGBM or scikit-learn:
   (``0 <= c < 32 * words`` and in the known bitset) it goes left iff its bit is set in
   the left bitset; otherwise it takes :attr:`Tree.cat_unknown_left`.
 * Leaves carry a value vector of length :attr:`Forest.n_outputs`; the model output is
-  ``base_score + sum(leaf values)`` (divided by the tree count when ``average``),
-  accumulated at :attr:`Forest.accumulate_dtype`, then :attr:`Forest.post_transform`.
+  ``base_score`` plus each tree's leaf value, added one tree at a time in tree order
+  and rounded to :attr:`Forest.accumulate_dtype` after each addition, as the frameworks
+  add them (when ``average``: from zero, then divided by the tree count), then
+  :attr:`Forest.post_transform`.
 """
 
 from __future__ import annotations

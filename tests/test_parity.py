@@ -3,8 +3,10 @@
 Rows are drawn by Hypothesis from each feature's thresholds and their float32 (and, for
 float64 readers, float64) neighbours, zeros, NaN and +-inf where the native predictor
 accepts them, unseen and negative categories, and arbitrary floats.  Held: the same
-leaf as native for every row and tree (where native reports leaves), outputs within
-1e-5 (absolute, or relative above 1), and the same predicted labels.
+leaf as native for every row and tree (where native reports leaves), raw margins
+bit-identical to native's (the trees are added in native's order and precision; the
+exceptions, with their reasons, are :data:`INEXACT_RAW`), other outputs within 1e-5
+(absolute, or relative above 1), and the same predicted labels.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from scoring.errors import ParityError, UnsupportedModelError
 from .conftest import RECIPES, as_model_input, built
 
 TOL = 1e-5
+#: Raw margins that are not bit-identical to native's, and why (held within TOL).
+INEXACT_RAW = {
+    "sk_iforest": "decision_function is 2 ** -x: torch's pow and the C library's differ "
+    "in the last bit for about 5% of x",
+}
 #: The GPU suite (benchmarks/gpu) reruns this file with SCORING_TEST_DEVICE=cuda.
 DEVICE = os.environ.get("SCORING_TEST_DEVICE", "cpu")
 STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal", "fused"]
@@ -76,8 +83,17 @@ def check_against_native(name: str, cm: Any, rows: np.ndarray, *, leaves: bool) 
         assert_close(cm.predict(X), native.predict(X), "predict")
     if cm.backend != "hummingbird":
         assert_close(cm.predict_raw(X), native.predict_raw(X), "predict_raw")
+    if cm.backend != "hummingbird" and exact_margins(name, cm):
+        np.testing.assert_array_equal(cm.predict_raw(X), native.predict_raw(X), "predict_raw")
     if leaves and not forest.model_kind.startswith("HistGradientBoosting"):  # HGB has no apply
         np.testing.assert_array_equal(cm.predict_leaf(X), native.predict_leaf(X))
+
+
+def exact_margins(name: str, cm: Any) -> bool:
+    """Whether margins must equal native's bit for bit.  Not yet for ``fused`` on CUDA:
+    its tree sum is inductor's reduction, in order on CPU (held here), not measured on a
+    GPU; eager strategies add tree by tree on every device."""
+    return name not in INEXACT_RAW and not (cm.strategy == "fused" and DEVICE != "cpu")
 
 
 PARITY = settings(

@@ -143,7 +143,8 @@ class TensorForest(nn.Module):
         self.register_buffer(
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
         )
-        self.scale = 1.0 / forest.n_trees if forest.average else 1.0
+        # Averaging forests (scikit-learn's) add from zero and divide by the tree count.
+        self.divisor = forest.n_trees if forest.average else 1
         self.zero_snap = forest.zero_snap
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
@@ -175,12 +176,16 @@ class TensorForest(nn.Module):
         return self._snapped(x).contiguous()
 
     def _sums(self, x: torch.Tensor) -> torch.Tensor:
-        return self.leaves(self._leaf_positions(x))
+        return self.leaves(self._leaf_positions(x), self._start(x))
 
     def _prepared_sums(self, x: torch.Tensor) -> torch.Tensor:
         # Trees outermost: a block's walk is elementwise over [T, B] (see .fused).
         positions = self.paths(x.t(), transposed=True)
-        return self.leaves(positions, transposed=True)
+        return self.leaves(positions, self._start(x), transposed=True)
+
+    def _start(self, x: torch.Tensor) -> torch.Tensor:
+        """What the trees are added to, per row: the base score (zero when averaging)."""
+        return self.base_score.expand(x.shape[0], -1)
 
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(self._sums(x))
@@ -189,9 +194,7 @@ class TensorForest(nn.Module):
         return self._finish(self._prepared_sums(x))
 
     def _finish(self, total: torch.Tensor) -> torch.Tensor:
-        if self.scale != 1.0:
-            total = total * self.scale
-        return total + self.base_score
+        return total / self.divisor if self.divisor != 1 else total
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
         """The native predictor's leaf id per row and tree, ``[B, T]``."""

@@ -241,12 +241,20 @@ class Gemm(nn.Module):
 
 
 class LeafSum(nn.Module):
-    """Leaf positions ``[B, T]`` -> margins ``[B, K]`` (before base score and link)."""
+    """Leaf positions ``[B, T]`` -> margins ``[B, K]``, added tree by tree from a start
+    (the base score), in the accumulation dtype.
+
+    A float sum's bits depend on its order, and every framework adds its trees one by
+    one in tree order from its base score (per output group), so that is the order
+    here: eagerly a loop over the trees, each step vectorised over the rows; compiled
+    (``fused``) a reduction over the trees with the start as its first term, which
+    inductor's CPU code runs in order, one accumulator per row.
+    """
 
     base: torch.Tensor
     value: torch.Tensor
     native_id: torch.Tensor
-    group: torch.Tensor
+    members: torch.Tensor
 
     def __init__(self, leaves: LeafTables, *, n_outputs: int, dtype: torch.dtype):
         super().__init__()
@@ -258,36 +266,47 @@ class LeafSum(nn.Module):
         _buffer(self, "value", leaves.value.reshape(shape))
         self.value = self.value.to(dtype)
         _buffer(self, "native_id", leaves.native_id.reshape(-1))
-        self.grouped = leaves.group is not None
-        self.round_robin = False
-        if leaves.group is not None:
-            _buffer(self, "group", leaves.group)
-            cycle = np.arange(n_trees) % n_outputs
-            self.round_robin = n_trees % n_outputs == 0 and np.array_equal(leaves.group, cycle)
+        group = np.zeros(n_trees, np.int64) if leaves.group is None else leaves.group
+        # Each output's trees in tree order, one row per output (padded with -1).
+        per_output = [np.flatnonzero(group == k) for k in range(n_outputs)]
+        members = np.full((n_outputs, max(map(len, per_output))), -1, dtype=np.int64)
+        for k, trees in enumerate(per_output):
+            members[k, : len(trees)] = trees
+        self.ragged = bool((members < 0).any())
+        _buffer(self, "members", members)
 
-    def forward(self, pos: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
-        """Margins ``[B, K]`` of leaf positions ``[B, T]`` (``transposed``: ``[T, B]``)."""
-        if transposed:
-            return self._sum_trees_first(pos)
-        flat = pos + self.base
-        vals = self.value[flat]  # [B, T] or [B, T, K]
+    def forward(
+        self, pos: torch.Tensor, start: torch.Tensor, *, transposed: bool = False
+    ) -> torch.Tensor:
+        """Margins ``[B, K]`` of leaf positions ``[B, T]`` (``transposed``: ``[T, B]``)
+        added to ``start`` ``[B, K]``."""
+        trees_first = pos if transposed else pos.t()
+        vals = self.value[trees_first + self.base[:, None]]  # [T, B] or [T, B, K]
         if self.vector:
-            return vals.sum(dim=1)
-        if self.grouped:
-            out = torch.zeros((pos.shape[0], self.n_outputs), dtype=vals.dtype, device=pos.device)
-            return out.index_add_(1, self.group, vals)
-        return vals.sum(dim=1, keepdim=True)
+            return self._in_order(vals, start)
+        outputs = [self._in_order(self._of_output(vals, k), start[:, k]) for k in
+                   range(self.n_outputs)]  # fmt: skip
+        return torch.stack(outputs, dim=1)
 
-    def _sum_trees_first(self, pos: torch.Tensor) -> torch.Tensor:
-        vals = self.value[pos + self.base[:, None]]  # [T, B] or [T, B, K]
-        if self.vector:
-            return vals.sum(dim=0)
-        if self.round_robin:  # tree t adds to output t % K: a reshape, no scatter
-            return vals.view(-1, self.n_outputs, pos.shape[1]).sum(dim=0).t()
-        if self.grouped:
-            out = torch.zeros((self.n_outputs, pos.shape[1]), dtype=vals.dtype, device=pos.device)
-            return out.index_add_(0, self.group, vals).t()
-        return vals.sum(dim=0).unsqueeze(1)
+    def _of_output(self, vals: torch.Tensor, k: int) -> torch.Tensor:
+        """Output ``k``'s trees, in order (zeros pad an output with fewer trees)."""
+        if self.n_outputs == 1:
+            return vals
+        trees = self.members[k]
+        if not self.ragged:
+            return vals[trees]
+        picked = vals[trees.clamp(min=0)]
+        return torch.where((trees >= 0)[:, None], picked, torch.zeros_like(picked))
+
+    @staticmethod
+    def _in_order(terms: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """``start + terms[0] + terms[1] + ...``, rounded after every addition."""
+        if torch.compiler.is_compiling():
+            return torch.cat([start.unsqueeze(0), terms]).sum(dim=0)
+        total = start.clone()
+        for term in terms:
+            total.add_(term)
+        return total
 
     def native_ids(self, pos: torch.Tensor) -> torch.Tensor:
         return self.native_id[pos + self.base]

@@ -164,6 +164,22 @@ def _import_gradient_boosting(model: Any, kind: str) -> Forest:
     return forest
 
 
+def _isolation_path_lengths(model: Any, index: int, tree: Any) -> np.ndarray:
+    """Per node, what scikit-learn adds for a row ending there (its own per-tree tables
+    where the fitted model keeps them, so that the sum has scikit-learn's bits)."""
+    nodes = getattr(model, "_decision_path_lengths", None)
+    average = getattr(model, "_average_path_length_per_tree", None)
+    if nodes is None or average is None:
+        depth = np.zeros(tree.node_count)
+        for node in range(tree.node_count):
+            if tree.children_left[node] >= 0:
+                depth[tree.children_left[node]] = depth[node] + 1
+                depth[tree.children_right[node]] = depth[node] + 1
+        nodes, average = [depth + 1.0], [_average_path_length(tree.n_node_samples)]
+        index = 0
+    return np.asarray(nodes[index], dtype=np.float64) + np.asarray(average[index]) - 1.0
+
+
 def _average_path_length(n_samples: np.ndarray) -> np.ndarray:
     """scikit-learn's c(n): the expected path length of an unsuccessful BST search."""
     n = np.asarray(n_samples, dtype=np.float64)
@@ -175,16 +191,14 @@ def _average_path_length(n_samples: np.ndarray) -> np.ndarray:
 
 
 def _import_isolation_forest(model: Any) -> Forest:
+    """Leaves hold a row's path length through the tree, as IsolationForest adds it up:
+    ``(nodes on the path + c(samples in the leaf)) - 1``, summed over the trees in order
+    and divided once by ``n_trees * c(max_samples)`` (``isolation_norm``)."""
     trees = []
-    for est, feats in zip(model.estimators_, model.estimators_features_, strict=True):
-        t = est.tree_
-        depth = np.zeros(t.node_count)
-        for node in range(t.node_count):
-            if t.children_left[node] >= 0:
-                depth[t.children_left[node]] = depth[node] + 1
-                depth[t.children_right[node]] = depth[node] + 1
-        path = depth + _average_path_length(t.n_node_samples)
-        trees.append(_convert_tree(t, values=path[:, None], features=np.asarray(feats)))
+    fitted = zip(model.estimators_, model.estimators_features_, strict=True)
+    for index, (est, feats) in enumerate(fitted):
+        path = _isolation_path_lengths(model, index, est.tree_)
+        trees.append(_convert_tree(est.tree_, values=path[:, None], features=np.asarray(feats)))
     return Forest(
         framework="sklearn",
         model_kind="IsolationForest",
@@ -194,10 +208,10 @@ def _import_isolation_forest(model: Any) -> Forest:
         n_outputs=1,
         base_score=np.zeros(1),
         post_transform="isolation",
-        average=True,
         objective="isolation",
         predict_returns="label",
-        isolation_norm=float(_average_path_length(np.array([model.max_samples_]))[0]),
+        isolation_norm=len(model.estimators_)
+        * float(_average_path_length(np.array([model.max_samples_]))[0]),
         isolation_offset=float(model.offset_),
         classes=np.array([-1, 1]),
     )

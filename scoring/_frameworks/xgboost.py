@@ -4,8 +4,9 @@ XGBoost reads features as float32 and goes left iff ``x < t`` (t float32): norma
 here to ``x <= largest float32 below t``.  Missing values (NaN, or the model's
 ``missing`` value) take ``default_left``.  A categorical node lists the categories that
 go *right*; every other category, and an invalid one (``c < 0`` before truncation, or
-past the bitset), goes left.  Leaves are summed in float32 in tree order, plus
-``base_score`` converted to margin space by the objective's link.
+past the bitset), goes left.  Leaves are added in float32 in tree order to
+``base_score``, converted to margin space by the objective's link as XGBoost converts
+it; a DART tree's leaves are weighted as XGBoost weights them (:func:`_dart_leaves`).
 """
 
 from __future__ import annotations
@@ -134,10 +135,11 @@ def _forest_from_learner(learner: dict[str, Any], objective: str, *, kind: str) 
     params = learner["learner_model_param"]
     n_outputs = max(int(params.get("num_class", 0)), int(params.get("num_target", 1)), 1)
     weights = booster.get("weight_drop") if booster["name"] == "dart" else None
-    trees = [
-        _convert_tree(t, group, n_outputs, 1.0 if weights is None else float(weights[i]))
-        for i, (t, group) in enumerate(zip(model["trees"], model["tree_info"], strict=True))
-    ]
+    base = _base_margin(learner, objective, n_outputs)
+    trees = []
+    for i, (tree, group) in enumerate(zip(model["trees"], model["tree_info"], strict=True)):
+        dart = None if weights is None else (float(weights[i]), float(base[group]))
+        trees.append(_convert_tree(tree, group, n_outputs, dart))
     names = learner.get("feature_names") or None
     types = learner.get("feature_types") or []
     forest = Forest(
@@ -147,7 +149,7 @@ def _forest_from_learner(learner: dict[str, Any], objective: str, *, kind: str) 
         trees=trees,
         n_features=int(params["num_feature"]),
         n_outputs=n_outputs,
-        base_score=_base_margin(learner, objective, n_outputs),
+        base_score=base,
         post_transform=_post_transform(objective),  # type: ignore[arg-type]
         feature_names=list(names) if names else None,
         categorical_features=[i for i, t in enumerate(types) if t == "c"],
@@ -197,7 +199,10 @@ def _limit_to_best_iteration(forest: Forest, learner: dict[str, Any]) -> None:
     forest.trees = forest.trees[: int(indptr[min(int(best) + 1, len(indptr) - 1)])]
 
 
-def _convert_tree(tree: dict[str, Any], group: int, n_outputs: int, weight: float) -> Tree:
+def _convert_tree(
+    tree: dict[str, Any], group: int, n_outputs: int, dart: tuple[float, float] | None
+) -> Tree:
+    """``dart``: the tree's weight and its group's base margin (see :func:`_dart_leaves`)."""
     if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
         raise UnsupportedModelError(
             "XGBoost multi-output trees (multi_strategy='multi_output_tree') are not supported"
@@ -205,7 +210,8 @@ def _convert_tree(tree: dict[str, Any], group: int, n_outputs: int, weight: floa
     left = np.asarray(tree["left_children"], dtype=np.int64)
     cond = np.asarray(tree["split_conditions"], dtype=np.float32)
     value = np.zeros((left.size, n_outputs))
-    value[:, group] = (cond * np.float32(weight)).astype(np.float64)
+    leaves = cond if dart is None else _dart_leaves(cond, *dart)
+    value[:, group] = leaves.astype(np.float64)
     out = numeric_tree(
         feature=np.asarray(tree["split_indices"], dtype=np.int64),
         threshold=largest_float32_below(cond),
@@ -216,6 +222,14 @@ def _convert_tree(tree: dict[str, Any], group: int, n_outputs: int, weight: floa
     )
     _add_categorical_splits(out, tree)
     return out
+
+
+def _dart_leaves(leaves: np.ndarray, weight: float, base: float) -> np.ndarray:
+    """A DART tree's weighted leaves as XGBoost adds them: it predicts the one tree from
+    the base margin, takes the base off again and weights what is left, all in float32
+    (so ``(base + leaf) - base`` is not always ``leaf``)."""
+    b = np.float32(base)
+    return ((leaves + b) - b) * np.float32(weight)
 
 
 def _add_categorical_splits(out: Tree, tree: dict[str, Any]) -> None:
