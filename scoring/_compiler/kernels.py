@@ -282,8 +282,8 @@ class LeafSum(nn.Module):
         added to ``start`` ``[B, K]``."""
         trees_first = pos if transposed else pos.t()
         vals = self.value[trees_first + self.base[:, None]]  # [T, B] or [T, B, K]
-        if self.vector:
-            return self._in_order(vals, start)
+        if self.vector:  # rows innermost: the compiled reduction vectorises over them
+            return self._in_order(vals.permute(0, 2, 1), start.t()).t()
         outputs = [self._in_order(self._of_output(vals, k), start[:, k]) for k in
                    range(self.n_outputs)]  # fmt: skip
         return torch.stack(outputs, dim=1)
