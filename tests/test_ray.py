@@ -26,8 +26,11 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(300)  # a starved actor pool hangs forever: fail instead
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ray_session() -> Any:
+    """A Ray instance per test: an actor pool a test leaves behind (a failed dataset's
+    is freed only when Ray gets round to it) cannot take the next test's CPUs, and an
+    unschedulable pool waits forever."""
     os.environ.setdefault("RAY_worker_niceness", "0")  # as scoring.ray.connect() starts one
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield ray

@@ -317,8 +317,9 @@ class RayEngine:
         workers: dict[str, int] = {}
         metadata: dict[str, str] = {}
         with translated("ray", "the Ray job failed"):
+            rows = iter(_scored_files(run, spec, plan).iter_rows())
             try:
-                for row in _scored_files(run, spec, plan).iter_rows():
+                for row in rows:
                     if row["error"]:
                         raise _raised(row["error"], worker=row["worker"])
                     workers[row["worker"]] = workers.get(row["worker"], 0) + int(row["rows"])
@@ -329,6 +330,8 @@ class RayEngine:
                 if ours is None:
                     raise  # Ray's own failure: translated above
                 raise ours from exc
+            finally:  # stops the job and frees its actors now, not when collected
+                getattr(rows, "close", lambda: None)()
         return Scored(_journaled(run), workers, metadata)
 
 
