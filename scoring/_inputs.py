@@ -9,7 +9,7 @@ and count, rather than scored silently.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,8 +43,11 @@ def feature_names(forest: Forest) -> list[str] | None:
     return names
 
 
-def prepare(X: Any, forest: Forest) -> Matrix:
-    """Validated float matrix ``[rows, n_features]``: numpy, or torch for torch input."""
+def prepare(X: Any, forest: Forest, *, leaves: bool = False) -> Matrix:
+    """Validated float matrix ``[rows, n_features]``: numpy, or torch for torch input.
+
+    ``leaves``: for leaf ids, which some native predictors take through a stricter reader.
+    """
     if isinstance(X, torch.Tensor):
         mat: Matrix = _from_torch(X, forest)
     elif isinstance(X, pd.DataFrame):
@@ -55,7 +58,7 @@ def prepare(X: Any, forest: Forest) -> Matrix:
         mat = _from_numpy(X, forest)
     if forest.missing_value is not None:
         mat[mat == forest.missing_value] = float("nan")
-    _check_values(mat, forest, _input_labels(X, forest))
+    _check_values(mat, forest, _input_labels(X, forest), leaves=leaves)
     return mat
 
 
@@ -127,7 +130,8 @@ def _from_numpy(X: Any, forest: Forest) -> np.ndarray:
         for j in range(arr.shape[1]):
             _column_as_float(arr[:, j], j, forest)  # raises naming the first bad column
     target = _target_dtype([arr.dtype], forest)
-    out: np.ndarray = arr.astype(target, copy=True)
+    with np.errstate(over="ignore"):  # past float32's range is inf, as native reads it
+        out: np.ndarray = arr.astype(target, copy=True)
     for j in forest.categories if forest.recode_categories else ():
         out[:, j] = _recode_numeric(arr[:, j].astype(np.float64), forest.categories[j])
     return out
@@ -207,7 +211,8 @@ def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
     if not cols:
         raise FeatureCountError(f"input has no feature columns; {forest.model_kind} needs some")
     target = _target_dtype([c.dtype for c in cols], forest)
-    return np.column_stack([c.astype(target, copy=False) for c in cols])
+    with np.errstate(over="ignore"):  # past float32's range is inf, as native reads it
+        return np.column_stack([c.astype(target, copy=False) for c in cols])
 
 
 def _column_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
@@ -248,9 +253,12 @@ def _maybe_recode(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
 
 
 def _recode_numeric(values: np.ndarray, labels: list[object]) -> np.ndarray:
-    """Raw category values -> codes by exact match, unknown -> NaN (HGB's encoder)."""
+    """Raw category values -> codes by exact match, unknown -> NaN (HGB's encoder);
+    +-inf stays, for the check of what native refuses."""
     index = {float(v): code for code, v in enumerate(labels) if isinstance(v, (int, float))}
-    return np.array([index.get(float(v), np.nan) for v in values], dtype=np.float64)
+    return np.array(
+        [index.get(float(v), v if np.isinf(v) else np.nan) for v in values], dtype=np.float64
+    )
 
 
 def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
@@ -263,15 +271,8 @@ def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
 # -- the values the native predictor refuses -----------------------------------------
 
 
-def _check_values(mat: Matrix, forest: Forest, labels: list[str]) -> None:
-    if forest.accepts_nan and forest.accepts_inf:
-        return
-    checks = []
-    if not forest.accepts_nan:
-        checks.append(("NaN (missing)", _isnan(mat), "does not accept missing values"))
-    if not forest.accepts_inf:
-        checks.append(("infinite or too large", _too_large(mat, forest), "does not accept inf"))
-    for what, bad, reason in checks:
+def _check_values(mat: Matrix, forest: Forest, labels: list[str], *, leaves: bool) -> None:
+    for what, bad, reason in _refusals(mat, forest, leaves=leaves):
         if not bool(bad.any()):  # the common case: one pass, no per-column counts
             continue
         counts = bad.sum(0)
@@ -279,9 +280,33 @@ def _check_values(mat: Matrix, forest: Forest, labels: list[str]) -> None:
         j = cols[0]
         raise InvalidValueError(
             f"feature column {labels[j]!r} has {int(counts[j])} {what} value(s) "
-            f"({len(cols)} column(s) affected); {forest.model_kind} {reason}: "
-            "clean or impute them before scoring"
+            f"({len(cols)} column(s) affected), which {forest.model_kind} refuses "
+            f"({reason}): clean or impute them before scoring"
         )
+
+
+def _refusals(mat: Matrix, forest: Forest, *, leaves: bool) -> Iterator[tuple[str, Any, str]]:
+    """(what, bad cells, native's reason) for each kind of value native refuses here."""
+    refuses = {
+        kind.removeprefix("leaf_"): reason
+        for kind, reason in forest.refuses.items()
+        if kind.startswith("leaf_") == leaves
+    }
+    if "nan" in refuses:
+        yield "NaN (missing)", _isnan(mat), refuses["nan"]
+    categorical = set(forest.categorical_features)
+    numeric = [j for j in range(forest.n_features) if j not in categorical]
+    for kind, cols in (("inf", numeric), ("categorical_inf", sorted(categorical))):
+        if kind in refuses and cols:
+            bad = _too_large(mat, forest) & _columns(mat, cols)
+            yield "infinite or too large", bad, refuses[kind]
+
+
+def _columns(mat: Matrix, cols: list[int]) -> Any:
+    """A row mask ``[n_features]`` that is True in ``cols``, for broadcasting over ``mat``."""
+    keep = np.zeros(mat.shape[1], dtype=bool)
+    keep[cols] = True
+    return torch.from_numpy(keep).to(mat.device) if isinstance(mat, torch.Tensor) else keep
 
 
 def _too_large(mat: Matrix, forest: Forest) -> Any:

@@ -17,6 +17,8 @@ of XGBoost, LightGBM or scikit-learn:
   and rounded to :attr:`Forest.accumulate_dtype` after each addition, as the frameworks
   add them (when ``average``: from zero, then divided by the tree count), then
   :attr:`Forest.post_transform`.
+* Values the native predictor refuses (:attr:`Forest.refuses`) are refused before any
+  tree sees them, with the native predictor's reason; everything else is scored.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 __all__ = [
     "Forest",
     "PostTransform",
+    "REFUSABLE",
     "Task",
     "Tree",
     "ZERO_THRESHOLD",
@@ -44,6 +47,12 @@ PostTransform = Literal[
     "identity", "sigmoid", "softmax", "exp", "ova_sigmoid", "isolation", "square"
 ]
 Task = Literal["binary", "multiclass", "regression", "ranking", "anomaly"]
+
+#: Kinds of value a native predictor may refuse: NaN, and +-inf (with, for float32
+#: readers, finite float64 values past float32's range) in numeric or in categorical
+#: columns.  The same kinds after ``leaf_`` are what it refuses when giving leaf ids,
+#: which can differ (XGBoost's DMatrix refuses inf; GradientBoosting's apply takes NaN).
+REFUSABLE = ("nan", "inf", "categorical_inf")
 
 SPLIT_NUMERIC = 0
 SPLIT_CATEGORICAL = 1
@@ -118,8 +127,9 @@ class Forest:
     missing_value: float | None = None  # a value read as missing besides NaN
     #: LightGBM: inputs with |x| <= ZERO_THRESHOLD become 0.0 before any tree sees them.
     zero_snap: bool = False
-    accepts_nan: bool = True
-    accepts_inf: bool = True
+    #: What the native predictor refuses, asked of the predictor itself at import: a
+    #: kind of value (see :data:`REFUSABLE`) -> the predictor's own reason.
+    refuses: dict[str, str] = field(default_factory=dict)
     #: XGBoost calls a category invalid when c < 0 before truncation, LightGBM after.
     cat_check_before_trunc: bool = False
     #: Predict of a classifier returns class labels; a Booster returns transformed values.
@@ -135,6 +145,15 @@ class Forest:
     @property
     def max_depth(self) -> int:
         return max((t.depth() for t in self.trees), default=0)
+
+    @property
+    def accepts_nan(self) -> bool:
+        return "nan" not in self.refuses
+
+    def accepts_inf(self, feature: int) -> bool:
+        """Whether native scores +-inf (and float32 overflow) in this feature's column."""
+        kind = "categorical_inf" if feature in self.categorical_features else "inf"
+        return kind not in self.refuses
 
     @property
     def has_categorical(self) -> bool:

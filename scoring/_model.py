@@ -96,8 +96,8 @@ class CompiledModel:
             return f"{self.origin['name']}@{self.origin['version']}"
         return self.forest.model_kind
 
-    def _input(self, X: Any) -> Any:
-        mat = prepare(X, self.forest)  # typed errors for anything native would refuse
+    def _input(self, X: Any, *, leaves: bool = False) -> Any:
+        mat = prepare(X, self.forest, leaves=leaves)  # typed errors for what native refuses
         return X if self.backend == "native" else mat
 
     def predict(self, X: Any) -> np.ndarray:
@@ -114,7 +114,7 @@ class CompiledModel:
 
     def predict_leaf(self, X: Any) -> np.ndarray:
         """The native predictor's leaf id for every row and tree, ``[rows, n_trees]``."""
-        return self.implementation.predict_leaf(self._input(X))
+        return self.implementation.predict_leaf(self._input(X, leaves=True))
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

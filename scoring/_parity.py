@@ -9,9 +9,9 @@ one candidate per feature at random, so every branch rule is exercised in combin
 The metric: per value ``|ours - ref| / max(1, |ref|)`` (absolute, relative above 1),
 NaN where both are NaN counts as equal.  A candidate passes when its worst error is at
 most :data:`TOLERANCE`, its labels are the reference's, and (where the framework
-reports leaves) every row reaches the same leaf in every tree.  The registry, the
-hummingbird backend, the benchmarks and the tests all use these functions; nothing here
-compiles a model, the callers hand in what they compiled.
+reports leaves) every row it gives leaves for reaches the same leaf in every tree.
+The registry, the hummingbird backend, the benchmarks and the tests all use these
+functions; nothing here compiles a model, the callers hand in what they compiled.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "Predictor",
     "Verification",
     "feature_candidates",
+    "leaf_rows",
     "max_error",
     "outputs_of",
     "probe_frame",
@@ -97,7 +98,7 @@ def feature_candidates(forest: Forest, *, special: bool = True) -> list[np.ndarr
             extra = [0.0, 1.0, 2.0, 3.0, 5.0, 31.0, 32.0, 1000.0, -1.0, -0.5, 0.5]
         if special and forest.accepts_nan:
             extra.append(np.nan)
-        if special and forest.accepts_inf:
+        if special and forest.accepts_inf(f):
             extra += [np.inf, -np.inf]
         out.append(np.concatenate([values, np.array(extra)]))
     return out
@@ -186,10 +187,30 @@ def outputs_of(model: Predictor, X: Any, *, leaves: bool) -> dict[str, np.ndarra
     else:
         values = model.predict(X)
     out = {"values": np.asarray(values, dtype=np.float64), "labels": np.asarray(model.predict(X))}
-    if leaves:
+    rows = leaf_rows(X, forest) if leaves else []
+    if len(rows):
         with contextlib.suppress(ScoringError):  # HistGradientBoosting reports no leaves
-            out["leaves"] = model.predict_leaf(X)
+            out["leaves"] = model.predict_leaf(rows)
     return out
+
+
+def leaf_rows(X: Any, forest: Forest) -> Any:
+    """The rows of ``X`` native gives leaf ids for: without the NaN or +-inf (with
+    float32 overflow) that leaf ids refuse and scores take (XGBoost's DMatrix refuses
+    inf), else all of them."""
+    refuses = forest.refuses
+    nan = "leaf_nan" in refuses and "nan" not in refuses
+    inf = any(f"leaf_{k}" in refuses and k not in refuses for k in ("inf", "categorical_inf"))
+    if not (nan or inf):
+        return X
+    frame = isinstance(X, pd.DataFrame)
+    values = X.select_dtypes("number").to_numpy(np.float64) if frame else np.asarray(X, np.float64)
+    bad = np.zeros(len(values), dtype=bool)
+    if nan:
+        bad |= np.isnan(values).any(axis=1)
+    if inf:
+        bad |= (np.abs(values) > np.finfo(np.float32).max).any(axis=1)
+    return X[~bad] if frame else np.asarray(X)[~bad]
 
 
 # -- verification -----------------------------------------------------------------------

@@ -1,12 +1,16 @@
-"""Helpers shared by the framework importers: bitsets and numeric trees."""
+"""Helpers shared by the framework importers: bitsets, numeric trees, and asking the
+native predictor which values it refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from .._ir import SPLIT_NUMERIC, Tree
+from .._ir import SPLIT_NUMERIC, Forest, Tree
 
 
 def bitset_words(categories: Iterable[int], n_words: int | None = None) -> np.ndarray:
@@ -42,3 +46,45 @@ def numeric_tree(
         value=np.where(is_leaf[:, None], value, 0.0).astype(np.float64),
         leaf_id=np.arange(n, dtype=np.int64) if leaf_id is None else leaf_id.astype(np.int64),
     )
+
+
+def probe_refusals(
+    forest: Forest,
+    score: Callable[[np.ndarray], Any],
+    leaf: Callable[[np.ndarray], Any] | None = None,
+) -> dict[str, str]:
+    """Which kinds of value (:data:`scoring._ir.REFUSABLE`) the native predictor refuses
+    when scoring and, with ``leaf_`` before the kind, when giving leaf ids; asked of the
+    predictor itself on one row each, its own first line kept as the reason, so that a
+    library version that accepts or refuses more is followed, not guessed.  ``score``
+    and ``leaf`` take a float64 row ``[1, n_features]`` and raise ValueError on a
+    refusal; a call that fails on a plain row of zeros is not asked."""
+    n = forest.n_features
+    numeric = [j for j in range(n) if j not in forest.categorical_features]
+    kinds = [("nan", numeric, np.nan), ("inf", numeric, np.inf),
+             ("categorical_inf", forest.categorical_features, np.inf)]  # fmt: skip
+    refuses: dict[str, str] = {}
+    for prefix, call in (("", score), ("leaf_", leaf)):
+        if call is None or _refusal(call, np.zeros((1, n))) is not None:
+            continue
+        for kind, columns, value in kinds:
+            row = np.zeros((1, n))
+            row[0, columns[:1]] = value
+            reason = _refusal(call, row) if columns else None
+            if reason is not None:
+                refuses[prefix + kind] = reason
+    return refuses
+
+
+def _refusal(call: Callable[[np.ndarray], Any], row: np.ndarray) -> str | None:
+    try:
+        with warnings.catch_warnings():  # e.g. a model fitted on a frame, asked with an array
+            warnings.simplefilter("ignore")
+            call(row)
+    except ValueError as exc:
+        return _LOG_PREFIX.sub("", str(exc).strip().splitlines()[0])
+    return None
+
+
+#: XGBoost's log prefix on its errors: ``[06:48:44] /path/data.cc:1196: Check failed: valid: ``.
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+: (Check failed: \w+: )?")

@@ -48,14 +48,14 @@ class NativeModel:
         never changed); None where the framework has no such setting."""
         return None
 
-    def prepare(self, X: Any) -> Any:
-        """``X`` (numpy or pandas) as the framework's predict methods take it."""
+    def prepare(self, X: Any, method: str) -> Any:
+        """``X`` (numpy or pandas) as the framework's ``method`` takes it."""
         return X
 
     def call(self, method: str, X: Any, **kwargs: Any) -> np.ndarray:
-        X = self.prepare(native_input(X))
+        X = native_input(X)
         try:
-            return np.asarray(getattr(self.model, method)(X, **kwargs))
+            return np.asarray(getattr(self.model, method)(self.prepare(X, method), **kwargs))
         except ValueError as exc:  # frameworks report bad input as ValueError
             raise InputError(f"{self.forest.model_kind} rejected the input: {exc}") from exc
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._ir import SPLIT_CATEGORICAL, Forest, Tree
 from ..errors import ModelFileError, UnsupportedModelError
-from ._common import numeric_tree
+from ._common import numeric_tree, probe_refusals
 from ._protocol import Framework, NativeModel, register
 
 __all__ = ["FRAMEWORK", "forest_from_text", "import_lightgbm", "model_text"]
@@ -47,6 +47,10 @@ def import_lightgbm(model: Any) -> Forest:
     if not is_booster and forest.task in ("binary", "multiclass"):
         forest.classes = np.asarray(model.classes_)
         forest.predict_returns = "label"
+    booster = model if is_booster else model.booster_
+    forest.refuses = probe_refusals(
+        forest, booster.predict, lambda row: booster.predict(row, pred_leaf=True)
+    )
     return forest
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from .._ir import Forest, Tree, largest_float32_at_most
 from .._outputs import squeeze
 from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
-from ._common import numeric_tree
+from ._common import numeric_tree, probe_refusals
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
 
@@ -51,23 +51,8 @@ def import_sklearn(model: Any) -> Forest:
     else:
         raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
     forest.feature_names = _feature_names(model)
-    forest.accepts_nan, forest.accepts_inf = probe_finite_policy(model, forest.n_features)
+    forest.refuses = probe_refusals(forest, model.predict, getattr(model, "apply", None))
     return forest
-
-
-def probe_finite_policy(model: Any, n_features: int) -> tuple[bool, bool]:
-    """Ask the estimator whether it accepts NaN and inf, so we refuse what it refuses."""
-    accepts = []
-    for value in (np.nan, np.inf):
-        row = np.zeros((1, n_features))
-        row[0, 0] = value
-        try:
-            model.predict(row)
-        except ValueError:
-            accepts.append(False)
-        else:
-            accepts.append(True)
-    return accepts[0], accepts[1]
 
 
 def _feature_names(model: Any) -> list[str] | None:

@@ -7,6 +7,8 @@ go *right*; every other category, and an invalid one (``c < 0`` before truncatio
 past the bitset), goes left.  Leaves are added in float32 in tree order to
 ``base_score``, converted to margin space by the objective's link as XGBoost converts
 it; a DART tree's leaves are weighted as XGBoost weights them (:func:`_dart_leaves`).
++-inf goes past every threshold when scoring (``inplace_predict``, which the wrappers
+call); leaf ids come through a DMatrix, which refuses it (asked at import).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pandas as pd
 
 from .._ir import SPLIT_CATEGORICAL, Forest, Tree, largest_float32_below
 from ..errors import UnsupportedModelError
-from ._common import bitset_words, numeric_tree
+from ._common import bitset_words, numeric_tree, probe_refusals
 from ._protocol import Framework, NativeModel, register
 
 __all__ = ["FRAMEWORK", "import_xgboost"]
@@ -63,7 +65,27 @@ def import_xgboost(model: Any) -> Forest:
             forest.predict_returns = "label"
     elif objective == "multi:softmax":
         forest.predict_returns = "class_index"
+
+    # Scores come from inplace_predict (what the wrappers call), which takes +-inf past
+    # every threshold; leaf ids only through a DMatrix, which refuses them.
+    def leaves(row: np.ndarray) -> Any:
+        return booster.predict(_dmatrix(booster, row), pred_leaf=True)
+
+    forest.refuses = probe_refusals(forest, booster.inplace_predict, leaves)
     return forest
+
+
+def _dmatrix(booster: Any, X: Any) -> Any:
+    import xgboost
+
+    if isinstance(X, pd.DataFrame):
+        return xgboost.DMatrix(X, enable_categorical=True)
+    return xgboost.DMatrix(
+        X,
+        feature_names=booster.feature_names,
+        feature_types=booster.feature_types,
+        enable_categorical="c" in (booster.feature_types or []),
+    )
 
 
 def _kind(model: Any, is_booster: bool) -> str:
@@ -157,8 +179,6 @@ def _forest_from_learner(learner: dict[str, Any], objective: str, *, kind: str) 
         input_dtype="float32",
         accumulate_dtype="float32",
         cat_check_before_trunc=True,
-        # DMatrix refuses inf unless it is the `missing` value (replaced by NaN first).
-        accepts_inf=False,
     )
     forest.categories = _stored_categories(model.get("cats"))
     forest.reject_unknown_categories = bool(forest.categories)
@@ -250,7 +270,8 @@ def _add_categorical_splits(out: Tree, tree: dict[str, Any]) -> None:
 
 
 class XGBoostNative(NativeModel):
-    """XGBoost's predictor: a Booster takes a DMatrix, the wrappers numpy or pandas."""
+    """XGBoost's predictor: the wrappers take numpy or pandas, a Booster scores through
+    ``inplace_predict`` and gives leaf ids through a DMatrix."""
 
     def one_thread(self) -> NativeModel | None:
         if not self.sklearn_api:
@@ -261,19 +282,16 @@ class XGBoostNative(NativeModel):
         clone.set_params(n_jobs=1)
         return XGBoostNative(clone, self.forest)
 
-    def prepare(self, X: Any) -> Any:
-        if self.sklearn_api:
-            return X
-        import xgboost
+    def call(self, method: str, X: Any, **kwargs: Any) -> np.ndarray:
+        if not self.sklearn_api and method == "predict" and not kwargs.get("pred_leaf"):
+            # A Booster scores through inplace_predict, as the wrappers do: a DMatrix
+            # refuses the +-inf that XGBoost's predictor takes past every threshold.
+            kind = "margin" if kwargs.get("output_margin") else "value"
+            return super().call("inplace_predict", X, predict_type=kind)
+        return super().call(method, X, **kwargs)
 
-        if isinstance(X, pd.DataFrame):
-            return xgboost.DMatrix(X, enable_categorical=True)
-        return xgboost.DMatrix(
-            X,
-            feature_names=self.model.feature_names,
-            feature_types=self.model.feature_types,
-            enable_categorical=bool(self.forest.categorical_features),
-        )
+    def prepare(self, X: Any, method: str) -> Any:
+        return X if self.sklearn_api or method == "inplace_predict" else _dmatrix(self.model, X)
 
     def predict_raw(self, X: Any) -> np.ndarray:
         return self.call("predict", X, output_margin=True)
