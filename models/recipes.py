@@ -15,7 +15,9 @@ class Recipe:
     name: str
     framework: str  # sklearn | xgboost | lightgbm
     estimator: str  # class name, or "Booster" for the native training API
-    task: str  # binary | multiclass | one_class | regression | poisson | ranking | anomaly
+    # binary | multiclass | one_class | multioutput (two targets) | multilabel (three) |
+    # regression | multi_regression (two targets) | poisson | ranking | anomaly
+    task: str
     n_trees: int = 10
     depth: int = 4
     n_features: int = 6
@@ -66,6 +68,13 @@ def _target(task: str, signal: np.ndarray, rng: np.random.Generator) -> np.ndarr
         return np.zeros(len(signal), dtype=int)
     if task == "multiclass":
         return np.digitize(signal, np.quantile(signal, [0.3, 0.7]))
+    if task == "multioutput":  # two targets: a binary one, and one of three classes
+        second = np.array([10, 20, 30])[np.digitize(-signal, np.quantile(signal, [0.3, 0.7]))]
+        return np.column_stack([signal > np.median(signal), second]).astype(int)
+    if task == "multilabel":  # three yes/no labels
+        return np.column_stack([signal > 0, signal > 1, np.sin(signal) > 0]).astype(int)
+    if task == "multi_regression":
+        return np.column_stack([3.0 * signal, signal**2 - rng.normal(size=len(signal))])
     if task in ("poisson", "gamma"):
         counts = rng.poisson(np.exp(np.clip(signal, -3, 3) / 2)).astype(float)
         return counts + 0.5 if task == "gamma" else counts  # gamma needs y > 0
@@ -138,6 +147,9 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_et_clf", "sklearn", "ExtraTreesClassifier", "binary"),
     _r("sk_et_reg", "sklearn", "ExtraTreesRegressor", "regression"),
     _r("sk_rf_one", "sklearn", "RandomForestClassifier", "one_class"),
+    _r("sk_dt_multi_clf", "sklearn", "DecisionTreeClassifier", "multioutput", depth=6),
+    _r("sk_et_multi_clf", "sklearn", "ExtraTreesClassifier", "multioutput"),
+    _r("sk_rf_multi_reg", "sklearn", "RandomForestRegressor", "multi_regression"),
     _r("sk_gb_clf", "sklearn", "GradientBoostingClassifier", "binary", missing=False, depth=3),
     _r("sk_gb_multi", "sklearn", "GradientBoostingClassifier", "multiclass",
        missing=False, depth=3),
@@ -155,6 +167,8 @@ SMALL_RECIPES: list[Recipe] = [
     _r("xgb_softmax", "xgboost", "Booster", "multiclass",
        params={"objective": "multi:softmax", "num_class": 3}),
     _r("xgb_reg", "xgboost", "XGBRegressor", "regression"),
+    _r("xgb_multi_reg", "xgboost", "XGBRegressor", "multi_regression"),
+    _r("xgb_multilabel", "xgboost", "XGBClassifier", "multilabel"),
     _r("xgb_poisson", "xgboost", "XGBRegressor", "poisson", params={"objective": "count:poisson"}),
     _r("xgb_gamma", "xgboost", "XGBRegressor", "gamma",
        params={"objective": "reg:gamma"}),

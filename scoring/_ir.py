@@ -46,7 +46,12 @@ ZERO_THRESHOLD = float(np.float32(1e-35))
 PostTransform = Literal[
     "identity", "sigmoid", "softmax", "exp", "ova_sigmoid", "isolation", "square"
 ]
-Task = Literal["binary", "multiclass", "regression", "ranking", "anomaly"]
+#: ``multioutput``: a classifier of several targets at once (scikit-learn trees fitted
+#: on a 2-D y); its outputs are each target's class probabilities side by side.
+#: ``multilabel``: several yes/no labels (XGBoost on a 2-D 0/1 y), one probability each.
+Task = Literal[
+    "binary", "multiclass", "multioutput", "multilabel", "regression", "ranking", "anomaly"
+]
 
 #: Kinds of value a native predictor may refuse: NaN, and +-inf (with, for float32
 #: readers, finite float64 values past float32's range) in numeric or in categorical
@@ -120,6 +125,8 @@ class Forest:
     #: A named input holding a category label the model never saw is refused (XGBoost 3).
     reject_unknown_categories: bool = False
     classes: np.ndarray | None = None
+    #: ``multioutput``: each target's class labels, in the order of the outputs.
+    targets: list[list[object]] = field(default_factory=list)
     objective: str = ""
     #: Precision at which the native predictor compares features against thresholds.
     input_dtype: Literal["float32", "float64"] = "float32"
@@ -145,6 +152,12 @@ class Forest:
     @property
     def max_depth(self) -> int:
         return max((t.depth() for t in self.trees), default=0)
+
+    @property
+    def multi_target(self) -> bool:
+        """Fitted on several targets (or labels) at once."""
+        several = self.task == "regression" and self.n_outputs > 1
+        return several or self.task in ("multioutput", "multilabel")
 
     @property
     def accepts_nan(self) -> bool:

@@ -105,7 +105,8 @@ class CompiledModel:
         return self.implementation.predict(self._input(X))
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities ``[rows, n_classes]``, as scikit-learn returns them."""
+        """Class probabilities ``[rows, n_classes]``, as scikit-learn returns them (for
+        a classifier of several targets, a list of each target's ``[rows, n_classes_k]``)."""
         return self.implementation.predict_proba(self._input(X))
 
     def predict_raw(self, X: Any) -> np.ndarray:

@@ -3,8 +3,11 @@
 :class:`OutputLayout` is derived from the Forest once and used by the Scorer (the
 columns it builds), the Spark functions (their return types) and the reports.  Columns,
 after any kept ones: binary classifiers ``probability`` (of the positive class) and
-``label``; multiclass ``probability_<class>`` per class and ``label``; regression,
-ranking and anomaly models ``prediction``; ``raw`` (or ``raw_<class>``) margins when
+``label``; multiclass ``probability_<class>`` per class and ``label``; classifiers of
+several targets ``probability_<k>_<class>`` and ``label_<k>`` for target ``k``, of
+several labels ``probability_<k>`` and ``label_<k>`` (0/1) for label ``k``;
+regression, ranking and anomaly models ``prediction`` (``prediction_<k>`` per target
+of a multi-output regressor); ``raw`` (or ``raw_<class>``, ``raw_<k>``) margins when
 asked for.  Floats are float64 whatever the backend computed in, labels keep the type
 of the model's classes, an anomaly model's prediction is -1/1 as int64.
 
@@ -50,30 +53,20 @@ class OutputLayout:
             raise ConfigError(f"outputs={outputs!r}: expected one of {', '.join(OUTPUT_SETS)}")
         raw = outputs in ("raw", "all")
         classes = _classes(forest)
-        label = pa.from_numpy_dtype(np.asarray(classes).dtype) if classes else pa.int64()
-        task, f64 = forest.task, pa.float64()
-        if task == "binary":
-            columns = [("probability", f64), ("label", label)] + ([("raw", f64)] if raw else [])
-        elif task == "multiclass":
-            columns = [(f"probability_{c}", f64) for c in classes] + [("label", label)]
-            columns += [(f"raw_{c}", f64) for c in classes] if raw else []
-        else:
-            kind = pa.int64() if forest.post_transform == "isolation" else f64
-            columns = [("prediction", kind)]
-            columns += [("raw", f64)] if raw and forest.n_outputs == 1 else []
+        columns = _COLUMNS.get(forest.task, _predictions)(forest, classes, raw)
         names, types = zip(*columns, strict=True)
-        return cls(task, tuple(names), tuple(types), tuple(classes), raw)
+        return cls(forest.task, tuple(names), tuple(types), tuple(classes), raw)
 
     @property
     def schema(self) -> pa.Schema:
         return pa.schema(list(zip(self.names, self.types, strict=True)))
 
     def group(self, prefix: str) -> list[str]:
-        """The per-class columns ``<prefix>_<class>`` of a multiclass model, else the one
-        column named ``prefix`` (empty when the model has none)."""
-        if self.task == "multiclass" and prefix in ("probability", "raw"):
-            return [n for n in self.names if n.startswith(f"{prefix}_")]
-        return [prefix] if prefix in self.names else []
+        """The column named ``prefix``, else its per-class or per-target columns
+        ``<prefix>_...`` (empty when the model has none)."""
+        if prefix in self.names:
+            return [prefix]
+        return [n for n in self.names if n.startswith(f"{prefix}_")]
 
     def arrays(self, values: np.ndarray, raw: np.ndarray | None, forest: Forest) -> list[pa.Array]:
         """Output columns from ``predict_proba``-shaped (classifiers) or transformed
@@ -82,13 +75,79 @@ class OutputLayout:
             labels = np.asarray(self.classes)[np.argmax(values, axis=1)]
             probs = [values[:, 1]] if self.task == "binary" else list(values.T)
             cols: list[Any] = [*probs, labels]
+        elif self.task == "multioutput":
+            cols = []
+            for classes, part in zip(forest.targets, _split(forest, values), strict=True):
+                cols += [*part.T, np.asarray(classes)[np.argmax(part, axis=1)]]
+        elif self.task == "multilabel":
+            cols = [c for p in _by_row(values).T for c in (p, (p > 0.5).astype(np.int64))]
         elif forest.post_transform == "isolation":
             cols = [predictions(forest, _by_row(values))]
         else:
-            cols = [squeeze(values)]
+            cols = list(_by_row(values).T)
         if self.raw and raw is not None:
             cols += list(_by_row(raw).T)
         return [pa.array(np.asarray(c), type=t) for c, t in zip(cols, self.types, strict=False)]
+
+
+# -- the columns of each task: (name, Arrow type), ``raw`` margins last when asked ----
+
+_Columns = list[tuple[str, pa.DataType]]
+_F64 = pa.float64()
+
+
+def _binary(forest: Forest, classes: list[Any], raw: bool) -> _Columns:
+    return [("probability", _F64), ("label", _label_type(classes))] + [("raw", _F64)] * raw
+
+
+def _multiclass(forest: Forest, classes: list[Any], raw: bool) -> _Columns:
+    columns = [(f"probability_{c}", _F64) for c in classes] + [("label", _label_type(classes))]
+    return columns + ([(f"raw_{c}", _F64) for c in classes] if raw else [])
+
+
+def _multioutput(forest: Forest, classes: list[Any], raw: bool) -> _Columns:
+    """Per target ``k``: its class probabilities and its label."""
+    columns: _Columns = []
+    for k, labels in enumerate(forest.targets):
+        columns += [(f"probability_{k}_{c}", _F64) for c in labels]
+        columns += [(f"label_{k}", _label_type(labels))]
+    for k, labels in enumerate(forest.targets) if raw else ():
+        columns += [(f"raw_{k}_{c}", _F64) for c in labels]
+    return columns
+
+
+def _multilabel(forest: Forest, classes: list[Any], raw: bool) -> _Columns:
+    """Per label ``k``: its probability and whether it is set (0/1)."""
+    ks = range(forest.n_outputs)
+    columns = [c for k in ks for c in ((f"probability_{k}", _F64), (f"label_{k}", pa.int64()))]
+    return columns + ([(f"raw_{k}", _F64) for k in ks] if raw else [])
+
+
+def _predictions(forest: Forest, classes: list[Any], raw: bool) -> _Columns:
+    """Regression, ranking, anomaly: ``prediction`` (``prediction_<k>`` per target)."""
+    kind = pa.int64() if forest.post_transform == "isolation" else _F64
+    several = forest.n_outputs > 1  # a regressor of several targets
+    suffixes = [f"_{k}" for k in range(forest.n_outputs)] if several else [""]
+    columns = [(f"prediction{n}", kind) for n in suffixes]
+    return columns + ([(f"raw{n}", _F64) for n in suffixes] if raw else [])
+
+
+_COLUMNS = {
+    "binary": _binary,
+    "multiclass": _multiclass,
+    "multioutput": _multioutput,
+    "multilabel": _multilabel,
+}
+
+
+def _label_type(classes: list[Any]) -> pa.DataType:
+    return pa.from_numpy_dtype(np.asarray(classes).dtype) if classes else pa.int64()
+
+
+def _split(forest: Forest, values: np.ndarray) -> list[np.ndarray]:
+    """Each target's class probabilities ``[B, n_classes_k]`` from the side-by-side ones."""
+    ends = np.cumsum([len(c) for c in forest.targets])[:-1]
+    return np.split(_by_row(values), ends, axis=1)
 
 
 def _by_row(a: np.ndarray) -> np.ndarray:
@@ -108,8 +167,13 @@ def squeeze(values: np.ndarray) -> np.ndarray:
     return values[:, 0] if values.ndim == 2 and values.shape[1] == 1 else values
 
 
-def probabilities(forest: Forest, values: np.ndarray) -> np.ndarray:
-    """Transformed values ``[B, K]`` -> ``predict_proba``'s ``[B, n_classes]``."""
+def probabilities(forest: Forest, values: np.ndarray) -> Any:
+    """Transformed values ``[B, K]`` -> ``predict_proba``'s ``[B, n_classes]`` (for
+    several targets, as scikit-learn: a list of each target's ``[B, n_classes_k]``)."""
+    if forest.task == "multioutput":
+        return _split(forest, values)
+    if forest.task == "multilabel":  # XGBoost: each label's probability, side by side
+        return values
     if forest.task not in ("binary", "multiclass"):
         raise UnsupportedModelError(
             f"predict_proba is for classifiers; {forest.model_kind} ({forest.objective}) "
@@ -125,6 +189,12 @@ def predictions(forest: Forest, values: np.ndarray) -> np.ndarray:
     """Transformed values ``[B, K]`` -> ``predict``'s output."""
     if forest.post_transform == "isolation":
         return np.where(values[:, 0] < 0, -1, 1)
+    if forest.task == "multilabel":  # XGBoost's 0.0/1.0 per label
+        return np.where(values > 0.5, 1.0, 0.0)
+    if forest.task == "multioutput":  # scikit-learn's array: the first target's dtype
+        parts = zip(forest.targets, _split(forest, values), strict=True)
+        labels = [np.asarray(c)[np.argmax(p, axis=1)] for c, p in parts]
+        return np.column_stack(labels).astype(np.asarray(forest.targets[0]).dtype)
     if forest.predict_returns == "class_index":
         return np.argmax(values, axis=1).astype(np.float32)
     if forest.predict_returns == "label":

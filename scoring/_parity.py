@@ -54,7 +54,7 @@ class Predictor(Protocol):
     forest: Forest
 
     def predict(self, X: Any) -> np.ndarray: ...
-    def predict_proba(self, X: Any) -> np.ndarray: ...
+    def predict_proba(self, X: Any) -> Any: ...
     def predict_raw(self, X: Any) -> np.ndarray: ...
     def predict_leaf(self, X: Any) -> np.ndarray: ...
 
@@ -180,8 +180,10 @@ def outputs_of(model: Predictor, X: Any, *, leaves: bool) -> dict[str, np.ndarra
     """What parity compares: probabilities (classifiers), the anomaly score or the
     prediction; the labels; the leaves when asked and reported."""
     forest = model.forest
-    if forest.task in ("binary", "multiclass"):
+    if forest.task in ("binary", "multiclass", "multilabel"):
         values = model.predict_proba(X)
+    elif forest.task == "multioutput":  # each target's probabilities, side by side
+        values = np.hstack(model.predict_proba(X))
     elif forest.task == "anomaly":
         values = model.predict_raw(X)
     else:

@@ -44,8 +44,12 @@ def scores(model: Any, forest: Forest, cm: Any) -> tuple[Call, Call]:
         return (lambda X: model.predict(X, raw_score=True)), cm.predict_raw
     if forest.task == "anomaly":
         return model.decision_function, cm.predict_raw
-    if forest.task in ("binary", "multiclass"):
+    if forest.task in ("binary", "multiclass", "multilabel"):
         return model.predict_proba, cm.predict_proba
+    if forest.task == "multioutput":  # a list per target: compared side by side
+        return (lambda X: np.hstack(model.predict_proba(X))), (
+            lambda X: np.hstack(cm.predict_proba(X))
+        )
     return model.predict, cm.predict
 
 

@@ -84,6 +84,20 @@ def check_against_native(name: str, cm: Any, rows: np.ndarray, *, leaves: bool) 
             assert_close(cm.predict(X), native.predict(X), "predict")
         else:
             assert np.array_equal(cm.predict(X)[decided], native.predict(X)[decided])
+    elif forest.task == "multilabel":  # each label's probability, and 0/1 past 0.5
+        ref_proba = native.predict_proba(X)
+        assert_close(cm.predict_proba(X), ref_proba, "predict_proba")
+        decided = np.abs(ref_proba - 0.5) > 2 * TOL
+        assert np.array_equal(cm.predict(X)[decided], native.predict(X)[decided])
+    elif forest.task == "multioutput":  # a list of each target's probabilities
+        model = built(name)[0]
+        ref_parts, parts = model.predict_proba(X), cm.predict_proba(X)
+        assert isinstance(parts, list) and len(parts) == len(ref_parts)
+        for k, (ours, ref) in enumerate(zip(parts, ref_parts, strict=True)):
+            np.testing.assert_array_equal(ours, ref, f"predict_proba, target {k}")
+        labels = cm.predict(X)
+        assert labels.dtype == model.predict(X).dtype
+        np.testing.assert_array_equal(labels, model.predict(X))
     else:
         assert_close(cm.predict(X), native.predict(X), "predict")
     if cm.backend != "hummingbird":

@@ -39,7 +39,8 @@ from .conftest import built
 
 runner = CliRunner()
 FRAMEWORK_MODELS = ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "lgb_reg", "sk_hgb_frame",
-                    "sk_rf_clf", "sk_iforest"]  # fmt: skip
+                    "sk_rf_clf", "sk_iforest", "sk_et_multi_clf", "sk_rf_multi_reg",
+                    "xgb_multilabel", "xgb_multi_reg"]  # fmt: skip
 
 
 def write_input(frame: pd.DataFrame, root: Path, *, files: int = 3) -> pd.DataFrame:
@@ -76,7 +77,23 @@ def native_columns(name: str, X: pd.DataFrame) -> dict[str, np.ndarray]:
         else:
             out.update({f"probability_{c}": proba[:, i] for i, c in enumerate(labels)})
         return out
-    return {"prediction": native.predict(features)}
+    if forest.task == "multilabel":  # per label k: its probability and whether it is set
+        columns = {}
+        for k, p in enumerate(native.predict_proba(features).T):
+            columns[f"probability_{k}"], columns[f"label_{k}"] = p, (p > 0.5).astype(int)
+        return columns
+    if forest.task == "multioutput":  # per target k: its probabilities and its label
+        model, columns = built(name)[0], {}
+        labels = model.predict(features)
+        for k, proba in enumerate(model.predict_proba(features)):
+            columns.update({f"probability_{k}_{c}": proba[:, i] for i, c in
+                            enumerate(model.classes_[k])})  # fmt: skip
+            columns[f"label_{k}"] = labels[:, k]
+        return columns
+    prediction = native.predict(features)
+    if prediction.ndim == 2:  # a regressor of several targets
+        return {f"prediction_{k}": prediction[:, k] for k in range(prediction.shape[1])}
+    return {"prediction": prediction}
 
 
 @pytest.mark.parametrize("backend", ["tensor", "native"])

@@ -38,7 +38,7 @@ def spark() -> Any:
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> scoring.Registry:
     reg = scoring.Registry(tmp_path_factory.mktemp("reg"))
-    for name in ("xgb_clf", "lgb_cat_frame", "xgb_multi"):
+    for name in ("xgb_clf", "lgb_cat_frame", "xgb_multi", "sk_et_multi_clf", "sk_rf_multi_reg"):
         reg.register(name, model_frame(name, rows=10)[0])
     return reg
 
@@ -86,6 +86,23 @@ def test_positional_columns_categories_and_all_outputs(spark: Any, registry: Any
     ref = native_columns("xgb_multi", MX)
     classes = sorted(k for k in ref if k.startswith("probability_"))
     np.testing.assert_allclose(proba, np.column_stack([ref[c] for c in classes]), atol=1e-6)
+
+
+def test_a_model_of_several_targets_gives_one_array_per_row(spark: Any, registry: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from scoring.spark import register_udf
+
+    for name, output in (("sk_rf_multi_reg", "prediction"), ("sk_et_multi_clf", "label")):
+        df, X = _features(spark, name, rows=300)
+        udf = register_udf(spark, f"score_{name}", f"{name}@1", output=output, registry=registry)
+        out = df.select("id", udf(F.struct(*X.columns)).alias("v")).orderBy("id").toPandas()
+        ref = native_columns(name, X)
+        targets = sorted(k for k in ref if k.startswith(f"{output}_"))
+        assert len(targets) == 2
+        np.testing.assert_array_equal(
+            np.stack(out["v"]), np.column_stack([ref[k] for k in targets])
+        )
 
 
 def test_missing_feature_is_named(spark: Any, registry: Any) -> None:

@@ -49,6 +49,11 @@ class HummingbirdBackend:
         self.device = device
         self.strategy: str | None = strategy
         native = NativeBackend(model, forest)
+        if forest.multi_target:
+            raise UnsupportedModelError(
+                f"hummingbird cannot score {forest.model_kind} of several targets; use "
+                "backend='tensor'"
+            )
         if not native.predictor.sklearn_api:
             # It refuses xgboost.Booster and returns raw margins for lightgbm.Booster.
             raise UnsupportedModelError(

@@ -55,8 +55,10 @@ class NativeBackend:
             X = _native_frame(features)  # categories go to the framework as labels
         elif self.names:  # numbers only: the validated matrix, named without copies
             X = pd.DataFrame(mat, columns=self.names, copy=False)
-        classifier = self.forest.task in ("binary", "multiclass")
+        classifier = self.forest.task in ("binary", "multiclass", "multioutput", "multilabel")
         values = self.predict_proba(X) if classifier else self.predict(X)
+        if isinstance(values, list):  # several targets: their probabilities side by side
+            values = np.hstack(values)
         return np.asarray(values), (self.predict_raw(X) if raw else None)
 
     def predict(self, X: Any) -> np.ndarray:

@@ -115,7 +115,7 @@ class TensorBackend:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         margins = self.module(self._staged(mat))
         values = transform(self.forest, margins).cpu().numpy()
-        if self.forest.task in ("binary", "multiclass"):
+        if self.forest.task in ("binary", "multiclass", "multilabel"):
             values = probabilities(self.forest, values)
         elif self.forest.task != "anomaly":
             values = squeeze(values)

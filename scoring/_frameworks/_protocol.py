@@ -53,9 +53,13 @@ class NativeModel:
         return X
 
     def call(self, method: str, X: Any, **kwargs: Any) -> np.ndarray:
+        return np.asarray(self.answer(method, X, **kwargs))
+
+    def answer(self, method: str, X: Any, **kwargs: Any) -> Any:
+        """What ``model.method(X)`` returns, as it returns it (bad input: InputError)."""
         X = native_input(X)
         try:
-            return np.asarray(getattr(self.model, method)(self.prepare(X, method), **kwargs))
+            return getattr(self.model, method)(self.prepare(X, method), **kwargs)
         except ValueError as exc:  # frameworks report bad input as ValueError
             raise InputError(f"{self.forest.model_kind} rejected the input: {exc}") from exc
 

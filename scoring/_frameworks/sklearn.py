@@ -38,7 +38,7 @@ _HGB_KINDS = {"HistGradientBoostingClassifier", "HistGradientBoostingRegressor"}
 
 def import_sklearn(model: Any) -> Forest:
     kind = type(model).__name__
-    if getattr(model, "n_outputs_", 1) != 1:
+    if getattr(model, "n_outputs_", 1) != 1 and kind not in _FOREST_KINDS:
         raise UnsupportedModelError(f"{kind} with {model.n_outputs_} outputs is not supported")
     if kind in _FOREST_KINDS:
         forest = _import_forest(model, kind)
@@ -84,12 +84,14 @@ def _classes_task(model: Any) -> tuple[str, np.ndarray | None]:
 
 
 def _import_forest(model: Any, kind: str) -> Forest:
+    """Trees and forests, of one target or several (``n_outputs_ > 1``): a leaf holds
+    each target's mean, or each target's class fractions side by side."""
     estimators = getattr(model, "estimators_", [model])
-    task, classes = _classes_task(model)
-    trees = []
-    for est in estimators:
-        value = est.tree_.value[:, 0, :].astype(np.float64)  # class fractions or means
-        trees.append(_convert_tree(est.tree_, values=value))
+    if int(getattr(model, "n_outputs_", 1)) == 1:
+        task, classes = _classes_task(model)
+    else:
+        task, classes = ("multioutput" if hasattr(model, "classes_") else "regression"), None
+    trees = [_convert_tree(est.tree_, values=_leaf_values(est.tree_, model)) for est in estimators]
     n_out = trees[0].value.shape[1]
     return Forest(
         framework="sklearn",
@@ -101,9 +103,21 @@ def _import_forest(model: Any, kind: str) -> Forest:
         base_score=np.zeros(n_out),
         average=True,
         classes=classes,
-        objective="proportion" if classes is not None else "mean",
-        predict_returns="label" if classes is not None else "value",
+        targets=[np.asarray(c).tolist() for c in model.classes_] if task == "multioutput" else [],
+        objective="proportion" if task != "regression" else "mean",
+        predict_returns="label" if task != "regression" else "value",
     )
+
+
+def _leaf_values(tree: Any, model: Any) -> np.ndarray:
+    """``[nodes, outputs]``: the target means, or the class fractions of every target
+    (each target's own classes: ``tree_.value`` pads them to the largest count)."""
+    value = tree.value.astype(np.float64)  # [nodes, targets, classes]
+    counts = getattr(model, "n_classes_", None)
+    if counts is None:
+        return value[:, :, 0]
+    counts = np.atleast_1d(counts)
+    return np.concatenate([value[:, k, : int(c)] for k, c in enumerate(counts)], axis=1)
 
 
 def _import_gradient_boosting(model: Any, kind: str) -> Forest:
@@ -224,7 +238,14 @@ class SklearnNative(NativeModel):
         clone.set_params(n_jobs=1)
         return SklearnNative(clone, self.forest)
 
+    def predict_proba(self, X: Any) -> Any:
+        if self.forest.task == "multioutput":  # a list: one array per target
+            return [np.asarray(p) for p in self.answer("predict_proba", X)]
+        return super().predict_proba(X)
+
     def predict_raw(self, X: Any) -> np.ndarray:
+        if self.forest.task == "multioutput":  # the class fractions, side by side
+            return np.hstack(self.predict_proba(X))
         kind, classifier = self.forest.model_kind, self.forest.task in ("binary", "multiclass")
         if kind == "IsolationForest" or (kind in _GB_KINDS | _HGB_KINDS and classifier):
             return self.call("decision_function", X)

@@ -60,7 +60,7 @@ def import_xgboost(model: Any) -> Forest:
         if missing is not None and not (isinstance(missing, float) and math.isnan(missing)):
             forest.missing_value = float(missing)
         _limit_to_best_iteration(forest, learner)
-        if forest.task in ("binary", "multiclass") and hasattr(model, "classes_"):
+        if forest.task in ("binary", "multiclass", "multilabel") and hasattr(model, "classes_"):
             forest.classes = np.asarray(model.classes_)
             forest.predict_returns = "label"
     elif objective == "multi:softmax":
@@ -92,11 +92,11 @@ def _kind(model: Any, is_booster: bool) -> str:
     return _BOOSTER if is_booster else type(model).__name__
 
 
-def _task(objective: str) -> str:
+def _task(objective: str, n_outputs: int) -> str:
     if objective in _MULTI:
         return "multiclass"
     if objective in _LOGISTIC or objective.startswith("binary:"):
-        return "binary"
+        return "binary" if n_outputs == 1 else "multilabel"  # one probability per label
     return "ranking" if objective.startswith("rank:") else "regression"
 
 
@@ -167,7 +167,7 @@ def _forest_from_learner(learner: dict[str, Any], objective: str, *, kind: str) 
     forest = Forest(
         framework="xgboost",
         model_kind=kind,
-        task=_task(objective),  # type: ignore[arg-type]
+        task=_task(objective, n_outputs),  # type: ignore[arg-type]
         trees=trees,
         n_features=int(params["num_feature"]),
         n_outputs=n_outputs,

@@ -24,18 +24,19 @@ class OutputSpec:
     def __init__(self, output: str, layout: OutputLayout):
         self.output, self.layout = output, layout
         self.columns = list(layout.names) if output == "all" else layout.group(output)
-        self.per_class = layout.task == "multiclass" and output in ("probability", "raw")
+        # several columns (per class, or per target): one array per row
+        self.per_class = output != "all" and len(self.columns) > 1
 
     @property
     def spark_type(self) -> Any:
         from pyspark.sql.pandas.types import from_arrow_type
-        from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+        from pyspark.sql.types import ArrayType, StructField, StructType
 
         types = dict(zip(self.layout.names, self.layout.types, strict=True))
         if self.output == "all":
             return StructType([StructField(n, from_arrow_type(types[n])) for n in self.columns])
         if self.per_class:
-            return ArrayType(DoubleType())
+            return ArrayType(from_arrow_type(types[self.columns[0]]))
         return from_arrow_type(types[self.columns[0]])
 
     def cut(self, scored: pa.Table) -> pd.Series | pd.DataFrame:
