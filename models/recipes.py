@@ -169,6 +169,8 @@ SMALL_RECIPES: list[Recipe] = [
     _r("xgb_reg", "xgboost", "XGBRegressor", "regression"),
     _r("xgb_multi_reg", "xgboost", "XGBRegressor", "multi_regression"),
     _r("xgb_multilabel", "xgboost", "XGBClassifier", "multilabel"),
+    _r("xgb_vector_leaves", "xgboost", "XGBRegressor", "multi_regression",
+       params={"multi_strategy": "multi_output_tree", "tree_method": "hist"}),
     _r("xgb_poisson", "xgboost", "XGBRegressor", "poisson", params={"objective": "count:poisson"}),
     _r("xgb_gamma", "xgboost", "XGBRegressor", "gamma",
        params={"objective": "reg:gamma"}),

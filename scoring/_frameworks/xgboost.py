@@ -223,25 +223,44 @@ def _convert_tree(
     tree: dict[str, Any], group: int, n_outputs: int, dart: tuple[float, float] | None
 ) -> Tree:
     """``dart``: the tree's weight and its group's base margin (see :func:`_dart_leaves`)."""
-    if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
-        raise UnsupportedModelError(
-            "XGBoost multi-output trees (multi_strategy='multi_output_tree') are not supported"
-        )
     left = np.asarray(tree["left_children"], dtype=np.int64)
+    right = np.asarray(tree["right_children"], dtype=np.int64)
     cond = np.asarray(tree["split_conditions"], dtype=np.float32)
-    value = np.zeros((left.size, n_outputs))
-    leaves = cond if dart is None else _dart_leaves(cond, *dart)
-    value[:, group] = leaves.astype(np.float64)
+    if int(tree["tree_param"].get("size_leaf_vector", "1")) > 1:
+        value = _leaf_vectors(tree, left, right, n_outputs, dart)
+        right = np.where(left < 0, -1, right)  # a leaf's right child is its vector's index
+    else:
+        value = np.zeros((left.size, n_outputs))
+        leaves = cond if dart is None else _dart_leaves(cond, *dart)
+        value[:, group] = leaves.astype(np.float64)
     out = numeric_tree(
         feature=np.asarray(tree["split_indices"], dtype=np.int64),
         threshold=largest_float32_below(cond),
         left=left,
-        right=np.asarray(tree["right_children"], dtype=np.int64),
+        right=right,
         default_left=np.asarray(tree["default_left"], dtype=bool),
         value=value,
     )
     _add_categorical_splits(out, tree)
     return out
+
+
+def _leaf_vectors(
+    tree: dict[str, Any],
+    left: np.ndarray,
+    right: np.ndarray,
+    n_outputs: int,
+    dart: tuple[float, float] | None,
+) -> np.ndarray:
+    """A multi-output tree (``multi_strategy='multi_output_tree'``): leaf ``i`` holds
+    the vector ``leaf_weights[j * K : (j + 1) * K]`` where ``j`` is its right child."""
+    if dart is not None:
+        raise UnsupportedModelError("XGBoost DART with multi-output trees is not supported")
+    weights = np.asarray(tree["leaf_weights"], dtype=np.float32).reshape(-1, n_outputs)
+    value = np.zeros((left.size, n_outputs))
+    leaves = np.flatnonzero(left < 0)
+    value[leaves] = weights[right[leaves]].astype(np.float64)
+    return value
 
 
 def _dart_leaves(leaves: np.ndarray, weight: float, base: float) -> np.ndarray:
