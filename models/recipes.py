@@ -26,6 +26,8 @@ class Recipe:
     categorical: bool = False  # column 0 is an integer-coded category
     frame: bool = False  # train on a pandas DataFrame (named / category columns)
     params: dict[str, Any] = field(default_factory=dict)
+    #: A scikit-learn meta-estimator the model is fitted through (see :func:`_wrapped`).
+    wrapper: str = ""
 
     def data(self, *, seed: int = 0) -> tuple[Any, np.ndarray]:
         return make_data(self, seed=seed)
@@ -95,8 +97,25 @@ def _fit_sklearn(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
         params.setdefault("max_depth", r.depth)
     if r.categorical and r.estimator.startswith("Hist"):
         params.setdefault("categorical_features", "from_dtype" if r.frame else [0])
-    model = cls(**params)
+    model = _wrapped(r, cls(**params))
     return model.fit(X) if r.task == "anomaly" else model.fit(X, y)
+
+
+def _wrapped(r: Recipe, model: Any) -> Any:
+    """``model`` inside the recipe's wrapper: a search over its tree count (refit on
+    the best), one clone per target, or a Pipeline behind a passthrough step."""
+    if not r.wrapper:
+        return model
+    from sklearn import model_selection, multioutput, pipeline
+
+    if r.wrapper == "Pipeline":
+        return pipeline.Pipeline([("columns", "passthrough"), ("model", model)])
+    if r.wrapper.endswith("CV"):
+        grid = {"n_estimators": [max(1, r.n_trees // 2), r.n_trees]}
+        search = getattr(model_selection, r.wrapper)
+        extra = {"n_iter": 2, "random_state": 0} if r.wrapper.startswith("Randomized") else {}
+        return search(model, grid, cv=2, **extra)
+    return getattr(multioutput, r.wrapper)(model)
 
 
 def _fit_xgboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
@@ -108,7 +127,7 @@ def _fit_xgboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
         train = xgb.DMatrix(X, y, feature_types=types, enable_categorical=r.categorical)
         return xgb.train(params, train, num_boost_round=r.n_trees)
     params.update(n_estimators=r.n_trees, enable_categorical=r.categorical)
-    model = getattr(xgb, r.estimator)(**params)
+    model = _wrapped(r, getattr(xgb, r.estimator)(**params))
     if r.task == "ranking":
         return model.fit(X, y, qid=np.repeat(np.arange(len(y) // 20 + 1), 20)[: len(y)])
     return model.fit(X, y)
@@ -125,10 +144,10 @@ def _fit_lightgbm(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
     if r.estimator == "Booster":
         train = lgb.Dataset(X, y, categorical_feature=cat)
         return lgb.train(params, train, num_boost_round=r.n_trees)
-    model = getattr(lgb, r.estimator)(n_estimators=r.n_trees, **params)
+    model = _wrapped(r, getattr(lgb, r.estimator)(n_estimators=r.n_trees, **params))
     if r.task == "ranking":
         return model.fit(X, y, group=[20] * (len(y) // 20), categorical_feature=cat)
-    return model.fit(X, y, categorical_feature=cat)
+    return model.fit(X, y) if r.wrapper else model.fit(X, y, categorical_feature=cat)
 
 
 _FIT = {"sklearn": _fit_sklearn, "xgboost": _fit_xgboost, "lightgbm": _fit_lightgbm}
@@ -150,6 +169,13 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_dt_multi_clf", "sklearn", "DecisionTreeClassifier", "multioutput", depth=6),
     _r("sk_et_multi_clf", "sklearn", "ExtraTreesClassifier", "multioutput"),
     _r("sk_rf_multi_reg", "sklearn", "RandomForestRegressor", "multi_regression"),
+    _r("sk_mo_rf_reg", "sklearn", "RandomForestRegressor", "multi_regression",
+       wrapper="MultiOutputRegressor"),
+    _r("sk_mo_hgb_reg", "sklearn", "HistGradientBoostingRegressor", "multi_regression",
+       wrapper="MultiOutputRegressor"),
+    _r("sk_mo_et_clf", "sklearn", "ExtraTreesClassifier", "multioutput",
+       wrapper="MultiOutputClassifier"),
+    _r("sk_grid_rf", "sklearn", "RandomForestClassifier", "binary", wrapper="GridSearchCV"),
     _r("sk_gb_clf", "sklearn", "GradientBoostingClassifier", "binary", missing=False, depth=3),
     _r("sk_gb_multi", "sklearn", "GradientBoostingClassifier", "multiclass",
        missing=False, depth=3),
@@ -169,6 +195,7 @@ SMALL_RECIPES: list[Recipe] = [
     _r("xgb_reg", "xgboost", "XGBRegressor", "regression"),
     _r("xgb_multi_reg", "xgboost", "XGBRegressor", "multi_regression"),
     _r("xgb_multilabel", "xgboost", "XGBClassifier", "multilabel"),
+    _r("xgb_search", "xgboost", "XGBClassifier", "binary", wrapper="RandomizedSearchCV"),
     _r("xgb_vector_leaves", "xgboost", "XGBRegressor", "multi_regression",
        params={"multi_strategy": "multi_output_tree", "tree_method": "hist"}),
     _r("xgb_poisson", "xgboost", "XGBRegressor", "poisson", params={"objective": "count:poisson"}),
@@ -187,6 +214,7 @@ SMALL_RECIPES: list[Recipe] = [
     _r("lgb_ova", "lightgbm", "LGBMClassifier", "multiclass",
        params={"objective": "multiclassova"}),
     _r("lgb_reg", "lightgbm", "LGBMRegressor", "regression"),
+    _r("lgb_pipeline", "lightgbm", "LGBMRegressor", "regression", wrapper="Pipeline"),
     _r("lgb_l1", "lightgbm", "LGBMRegressor", "regression", params={"objective": "regression_l1"}),
     _r("lgb_poisson", "lightgbm", "LGBMRegressor", "poisson", params={"objective": "poisson"}),
     _r("lgb_gamma", "lightgbm", "LGBMRegressor", "gamma", params={"objective": "gamma"}),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,7 +34,7 @@ from ._frameworks import (
     framework_named,
     import_model,
     library_versions,
-    load_model_file,
+    model_object,
     restore_model,
 )
 from ._ir import Forest
@@ -129,8 +128,7 @@ class Bundle:
     def of(cls, model: Any, *, name: str | None = None, trusted: bool = False) -> Bundle:
         """An unregistered model (a fitted object or a model file) as version 0 of
         ``name`` (default: the model's kind), for engines that ship models to workers."""
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model_file(model, trusted=trusted)
+        model = model_object(model, trusted=trusted)
         forest = import_model(model)
         schema = schema_of(forest)
         data = dump_model(model)

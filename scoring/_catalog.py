@@ -8,7 +8,6 @@ names, versions and records are :class:`~scoring._registry.ModelStore`'s.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,7 @@ from ._frameworks import (
     dump_model,
     import_model,
     library_versions,
-    load_model_file,
+    model_object,
     restore_model,
 )
 from ._ir import Forest
@@ -84,9 +83,7 @@ class Registry(ModelStore):
     ) -> ModelVersion:
         """Import, store and verify a model; returns its new, immutable version.  The same
         bytes registered again (under any name) share one artifact."""
-        model = model_or_path
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model_file(model, trusted=trusted)
+        model = model_object(model_or_path, trusted=trusted)
         forest = import_model(model)  # an unsupported model is refused before storing
         schema = schema_of(forest)
         data = dump_model(model)

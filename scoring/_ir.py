@@ -115,6 +115,9 @@ class Forest:
     post_transform: PostTransform = "identity"
     sigmoid_alpha: float = 1.0
     average: bool = False
+    #: With ``average``: the count each output's sum is divided by (default: every
+    #: tree; a stack of forests, one per target: each target's own tree count).
+    average_over: int | None = None
     feature_names: list[str] | None = None
     categorical_features: list[int] = field(default_factory=list)
     #: Per categorical feature: the category labels in code order, when the model knows.

@@ -14,7 +14,6 @@ whatever form it came in: that is what jobs, caches and reports are keyed by.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
 from ._compiler import fused_pays
-from ._frameworks import dump_model, import_model, load_model_file
+from ._frameworks import dump_model, import_model, model_object
 from ._inputs import prepare
 from ._ir import Forest
 from ._parity import probe_rows
@@ -157,8 +156,7 @@ def compile_model(
             origin = {"sha256": origin["sha256"]}
         model, forest = model.restore(trusted=trusted)
     else:
-        if isinstance(model, (str, os.PathLike)):
-            model = load_model_file(model, trusted=trusted)
+        model = model_object(model, trusted=trusted)
         forest = import_model(model)
     cm = compile_imported(model, forest, backend=backend, device=device, strategy=strategy,
                           verify=verify, batch_size=batch_size)  # fmt: skip

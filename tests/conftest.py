@@ -13,7 +13,7 @@ import pytest
 
 from models import SMALL_RECIPES, Recipe
 from scoring._backends.native import NativeBackend
-from scoring._frameworks import import_model
+from scoring._frameworks import import_model, model_object
 from scoring._ir import Forest
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -26,9 +26,9 @@ RECIPES = {r.name: r for r in SMALL_RECIPES}
 
 @cache
 def built(name: str) -> tuple[Any, Forest, NativeBackend]:
-    model = RECIPES[name].build()
+    model = RECIPES[name].build()  # a search or a Pipeline as fitted: the user's object
     forest = import_model(model)
-    return model, forest, NativeBackend(model, forest)
+    return model, forest, NativeBackend(model_object(model), forest)
 
 
 def as_model_input(recipe: Recipe, rows: np.ndarray, forest: Forest) -> Any:

@@ -104,7 +104,7 @@ def check_against_native(name: str, cm: Any, rows: np.ndarray, *, leaves: bool) 
         assert_close(cm.predict_raw(X), native.predict_raw(X), "predict_raw")
     if cm.backend != "hummingbird" and exact_margins(name, cm):
         np.testing.assert_array_equal(cm.predict_raw(X), native.predict_raw(X), "predict_raw")
-    if leaves and not forest.model_kind.startswith("HistGradientBoosting"):  # HGB has no apply
+    if leaves and not recipe.estimator.startswith("HistGradientBoosting"):  # HGB has no apply
         some = leaf_rows(X, forest)  # XGBoost gives no leaf ids for rows with inf: nor do we
         if len(some):
             np.testing.assert_array_equal(cm.predict_leaf(some), native.predict_leaf(some))

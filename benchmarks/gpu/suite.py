@@ -53,7 +53,7 @@ import scoring  # noqa: E402
 from models import GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
 from scoring._backends.hummingbird import HB_STRATEGIES  # noqa: E402
 from scoring._compiler import STRATEGIES  # noqa: E402
-from scoring._parity import max_error, probe_frame, probe_rows  # noqa: E402
+from scoring._parity import max_error, outputs_of, probe_frame, probe_rows  # noqa: E402
 from scoring.errors import ScoringError  # noqa: E402
 
 Builder = Callable[[], Any]
@@ -163,8 +163,8 @@ def parity(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     report.add(
         f"Every strategy on {device} on probe rows (each threshold and its neighbours, NaN,",
         "+-inf, unseen categories): max error of predict_proba (predict for regressors)",
-        "against native, and whether every row's leaf equals native's (HistGradientBoosting",
-        "has no apply: '-').",
+        "against native, and whether every row's leaf equals native's, on the rows native",
+        "gives leaves for (HistGradientBoosting has no apply: '-').",
         "",
         "| model | strategy | input | rows | max error | leaves |",
         "|---|---|---|---:|---:|---|",
@@ -214,14 +214,12 @@ def _parity_row(recipe: Recipe, model: Any, strategy: str, dtype: type, device: 
             X = X.astype(dtype)
         elif dtype == np.float32:
             return f"{head} | - | frame input | - |"
-        clf = cm.forest.task in ("binary", "multiclass")
-        ours = cm.predict_proba(X) if clf else cm.predict(X)
-        ref = native.predict_proba(X) if clf else native.predict(X)
+        ours, ref = outputs_of(cm, X, leaves=True), outputs_of(native, X, leaves=True)
         leaves = "-"
-        if not cm.forest.model_kind.startswith("HistGradientBoosting"):
-            same = np.array_equal(cm.predict_leaf(X), native.predict_leaf(X))
+        if "leaves" in ref:  # HistGradientBoosting has no apply
+            same = np.array_equal(ours.get("leaves"), ref["leaves"])
             leaves = "equal" if same else "DIFFER"
-        return f"{head} | {len(X):,} | {max_error(ours, ref):.1e} | {leaves} |"
+        return f"{head} | {len(X):,} | {max_error(ours['values'], ref['values']):.1e} | {leaves} |"
     except (ScoringError, RuntimeError) as exc:
         return f"{head} | - | {failure(exc)} | - |"
 

@@ -144,7 +144,7 @@ class TensorForest(nn.Module):
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
         )
         # Averaging forests (scikit-learn's) add from zero and divide by the tree count.
-        self.divisor = forest.n_trees if forest.average else 1
+        self.divisor = (forest.average_over or forest.n_trees) if forest.average else 1
         self.zero_snap = forest.zero_snap
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))

@@ -23,6 +23,7 @@ from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
 from . import lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
 from ._protocol import FRAMEWORKS, Framework, NativeModel, native_input
+from ._wrappers import fitted_model
 
 __all__ = [
     "FRAMEWORKS",
@@ -34,6 +35,7 @@ __all__ = [
     "import_model",
     "library_versions",
     "load_model_file",
+    "model_object",
     "native_input",
     "native_model",
     "restore_model",
@@ -65,10 +67,17 @@ def framework_named(name: str) -> Framework:
         ) from None
 
 
-def import_model(model: Any, *, trusted: bool = False) -> Forest:
-    """Import a fitted model object or a model file into the Forest IR."""
+def model_object(model: Any, *, trusted: bool = False) -> Any:
+    """The fitted model a caller hands in (an object, or a model file), taken out of a
+    search or a trivial Pipeline (:func:`._wrappers.fitted_model`)."""
     if isinstance(model, (str, os.PathLike)):
         model = load_model_file(model, trusted=trusted)
+    return fitted_model(model)
+
+
+def import_model(model: Any, *, trusted: bool = False) -> Forest:
+    """Import a fitted model object or a model file into the Forest IR."""
+    model = model_object(model, trusted=trusted)
     return framework_of(model).to_forest(model)
 
 

@@ -24,6 +24,7 @@ from ..errors import InputError, UnsupportedModelError, UntrustedModelError, tra
 from ._common import numeric_tree, probe_refusals
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
+from ._wrappers import MULTI_OUTPUT_KINDS, stack_targets, target_estimators
 
 __all__ = ["FRAMEWORK", "SKOPS_TRUSTED", "import_sklearn", "load_skops_bytes"]
 
@@ -48,10 +49,16 @@ def import_sklearn(model: Any) -> Forest:
         forest = import_hist_gradient_boosting(model, kind)
     elif kind == "IsolationForest":
         forest = _import_isolation_forest(model)
+    elif kind in MULTI_OUTPUT_KINDS:
+        forests = [import_sklearn(e) for e in target_estimators(model)]
+        forest = stack_targets(forests, kind=kind)
     else:
         raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
     forest.feature_names = _feature_names(model)
-    forest.refuses = probe_refusals(forest, model.predict, getattr(model, "apply", None))
+    leaves = (
+        (lambda row: _leaves(model, row.astype(np.float32))) if _reports_leaves(model) else None
+    )
+    forest.refuses = probe_refusals(forest, model.predict, leaves)
     return forest
 
 
@@ -216,7 +223,16 @@ def _import_isolation_forest(model: Any) -> Forest:
     )
 
 
+def _reports_leaves(model: Any) -> bool:
+    """HistGradientBoosting has no ``apply`` (nor a wrapper of it)."""
+    kind = type(model).__name__
+    parts = model.estimators_ if kind in MULTI_OUTPUT_KINDS else [model]
+    return kind == "IsolationForest" or all(hasattr(m, "apply") for m in parts)
+
+
 def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ in MULTI_OUTPUT_KINDS:  # each target's trees, in target order
+        return np.hstack([_leaves(e, X) for e in model.estimators_])
     if type(model).__name__ == "IsolationForest":  # it accepts inf: read leaves as it does
         pairs = zip(model.estimators_, model.estimators_features_, strict=True)
         return np.column_stack([e.tree_.apply(np.ascontiguousarray(X[:, f])) for e, f in pairs])
@@ -255,7 +271,7 @@ class SklearnNative(NativeModel):
         return squeeze(self.call("predict_proba" if classifier else "predict", X))
 
     def predict_leaf(self, X: Any) -> np.ndarray:
-        if self.forest.model_kind in _HGB_KINDS:
+        if not _reports_leaves(self.model):
             raise InputError(f"{self.forest.model_kind} does not report leaves")
         return _leaves(self.model, np.asarray(native_input(X), dtype=np.float32))
 

@@ -1,0 +1,127 @@
+"""scikit-learn's meta-estimators around tree models, taken apart before import.
+
+- A search (``GridSearchCV``, ``RandomizedSearchCV``, the halving ones) predicts with its
+  refit ``best_estimator_``: that estimator is what is imported, stored and scored.
+- A ``Pipeline`` whose earlier steps are all ``"passthrough"`` is its last step.
+- ``MultiOutputRegressor``/``MultiOutputClassifier`` fit one clone of a tree model per
+  target: their forests are stacked into one Forest of several targets
+  (:func:`stack_targets`), whose outputs are the targets' side by side, each summed from
+  its own trees in their order, so every target's bits are its estimator's.
+
+Chains, and Pipelines with other steps, are refused naming the wrapper or the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .._ir import Forest, Tree
+from ..errors import UnsupportedModelError
+
+__all__ = ["MULTI_OUTPUT_KINDS", "fitted_model", "stack_targets", "target_estimators"]
+
+MULTI_OUTPUT_KINDS = frozenset({"MultiOutputRegressor", "MultiOutputClassifier"})
+_SEARCHES = frozenset({
+    "GridSearchCV", "RandomizedSearchCV", "HalvingGridSearchCV", "HalvingRandomSearchCV",
+})  # fmt: skip
+
+
+def fitted_model(model: Any) -> Any:
+    """The estimator that does the predicting inside a search or a trivial Pipeline."""
+    kind = type(model).__name__
+    if kind in _SEARCHES:
+        if not hasattr(model, "best_estimator_"):
+            raise UnsupportedModelError(
+                f"{kind} was fitted with refit=False and has no best_estimator_ to score: "
+                "refit it, or pass the estimator you chose"
+            )
+        return fitted_model(model.best_estimator_)
+    if kind in ("RegressorChain", "ClassifierChain"):
+        raise UnsupportedModelError(
+            f"{kind} is not supported: each of its estimators reads the earlier targets' "
+            "predictions as features; score its estimators_ one by one in order_, or fit "
+            "one model on every target (trees and forests take a 2-D y)"
+        )
+    if kind == "Pipeline":
+        for name, step in model.steps[:-1]:
+            if step not in (None, "passthrough"):
+                raise UnsupportedModelError(
+                    f"Pipeline step {name!r} ({type(step).__name__}) is not supported: only "
+                    "a Pipeline whose earlier steps are 'passthrough' is; apply the step to "
+                    "the data before scoring, or pass the final estimator"
+                )
+        return fitted_model(model.steps[-1][1])
+    return model
+
+
+def target_estimators(model: Any) -> list[Any]:
+    """The per-target estimators of a multi-output wrapper: scikit-learn's own only, since
+    the wrapper is stored as one scikit-learn object."""
+    kind = type(model).__name__
+    for est in model.estimators_:
+        if type(est).__module__.split(".")[0] != "sklearn":
+            raise UnsupportedModelError(
+                f"{kind} of {type(est).__name__} is not supported: fit "
+                f"{type(est).__name__} on every target at once (it takes a 2-D y), or "
+                "register one model per target"
+            )
+    return list(model.estimators_)
+
+
+def stack_targets(forests: list[Forest], *, kind: str) -> Forest:
+    """One Forest of several targets from one single-target Forest per target."""
+    first = forests[0]
+    _check_stackable(forests, kind)
+    widths = [f.n_outputs for f in forests]
+    offsets = np.concatenate([[0], np.cumsum(widths)])
+    trees = [
+        _widened(tree, int(offsets[k]), int(offsets[-1]))
+        for k, forest in enumerate(forests)
+        for tree in forest.trees
+    ]
+    classifier = first.task in ("binary", "multiclass")
+    return replace(
+        first,
+        model_kind=kind,
+        task="multioutput" if classifier else "regression",
+        trees=trees,
+        n_outputs=int(offsets[-1]),
+        base_score=np.concatenate([f.base_score for f in forests]),
+        classes=None,
+        targets=[np.asarray(f.classes).tolist() for f in forests] if classifier else [],
+        # averaging forests: each target's sum is divided by its own estimator's count
+        average_over=first.n_trees if first.average else None,
+    )
+
+
+def _widened(tree: Tree, offset: int, width: int) -> Tree:
+    """``tree`` adding its values to outputs ``offset ...`` of ``width``."""
+    value = np.zeros((tree.value.shape[0], width))
+    value[:, offset : offset + tree.value.shape[1]] = tree.value
+    return replace(tree, value=value)
+
+
+#: What every stacked Forest must share, since one compiled program runs them all.
+_SHARED = ("framework", "post_transform", "sigmoid_alpha", "average", "input_dtype",
+           "accumulate_dtype", "zero_snap", "missing_value", "recode_categories")  # fmt: skip
+
+
+def _check_stackable(forests: list[Forest], kind: str) -> None:
+    first = forests[0]
+    if first.task not in ("binary", "multiclass", "regression"):
+        raise UnsupportedModelError(f"{kind} of {first.model_kind} ({first.task}) is not supported")
+    if first.task in ("binary", "multiclass") and first.post_transform != "identity":
+        raise UnsupportedModelError(
+            f"{kind} of {first.model_kind} is not supported: only forests whose "
+            "probabilities are their trees' class fractions (trees, forests) stack"
+        )
+    for forest in forests[1:]:
+        differ = [a for a in _SHARED if getattr(forest, a) != getattr(first, a)]
+        if differ or (first.average and forest.n_trees != first.n_trees):
+            raise UnsupportedModelError(
+                f"{kind}: its estimators differ ({', '.join(differ) or 'tree counts'}); "
+                "only clones of one tree model stack"
+            )
