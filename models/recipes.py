@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ import pandas as pd
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    framework: str  # sklearn | xgboost | lightgbm
+    framework: str  # sklearn | xgboost | lightgbm | catboost (an optional extra)
     estimator: str  # class name, or "Booster" for the native training API
     # binary | multiclass | one_class | multioutput (two targets) | multilabel (three) |
     # regression | multi_regression (two targets) | poisson | ranking | anomaly
@@ -28,6 +29,11 @@ class Recipe:
     params: dict[str, Any] = field(default_factory=dict)
     #: A scikit-learn meta-estimator the model is fitted through (see :func:`_wrapped`).
     wrapper: str = ""
+
+    @property
+    def available(self) -> bool:
+        """Whether its framework is installed (CatBoost is an optional extra)."""
+        return importlib.util.find_spec(self.framework) is not None
 
     def data(self, *, seed: int = 0) -> tuple[Any, np.ndarray]:
         return make_data(self, seed=seed)
@@ -150,7 +156,19 @@ def _fit_lightgbm(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
     return model.fit(X, y) if r.wrapper else model.fit(X, y, categorical_feature=cat)
 
 
-_FIT = {"sklearn": _fit_sklearn, "xgboost": _fit_xgboost, "lightgbm": _fit_lightgbm}
+def _fit_catboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
+    import catboost as cb
+
+    params: dict[str, Any] = {"iterations": r.n_trees, "depth": r.depth, "random_seed": seed,
+                              "verbose": 0, "thread_count": 1, **r.params}  # fmt: skip
+    model = getattr(cb, r.estimator)(**params)
+    if r.task == "ranking":
+        return model.fit(X, y, group_id=np.repeat(np.arange(len(y) // 20 + 1), 20)[: len(y)])
+    return model.fit(X, y)
+
+
+_FIT = {"sklearn": _fit_sklearn, "xgboost": _fit_xgboost, "lightgbm": _fit_lightgbm,
+        "catboost": _fit_catboost}  # fmt: skip
 
 
 def _r(name: str, framework: str, estimator: str, task: str, **kw: Any) -> Recipe:
@@ -230,6 +248,18 @@ SMALL_RECIPES: list[Recipe] = [
        params={"min_data_per_group": 5, "cat_smooth": 1.0}),
     _r("lgb_cat_frame", "lightgbm", "LGBMClassifier", "multiclass", categorical=True, frame=True,
        params={"min_data_per_group": 5, "cat_smooth": 1.0}),
+    _r("cb_clf", "catboost", "CatBoostClassifier", "binary"),
+    _r("cb_nan_max", "catboost", "CatBoostClassifier", "binary", depth=6,
+       params={"nan_mode": "Max"}),
+    _r("cb_multi", "catboost", "CatBoostClassifier", "multiclass",
+       params={"loss_function": "MultiClass"}),
+    _r("cb_reg", "catboost", "CatBoostRegressor", "regression", n_trees=30),
+    _r("cb_poisson", "catboost", "CatBoostRegressor", "poisson",
+       params={"loss_function": "Poisson"}),
+    _r("cb_multi_reg", "catboost", "CatBoostRegressor", "multi_regression",
+       params={"loss_function": "MultiRMSE"}),
+    _r("cb_rank", "catboost", "CatBoostRanker", "ranking"),
+    _r("cb_frame", "catboost", "CatBoostRegressor", "regression", frame=True),
     _r("lgb_booster", "lightgbm", "Booster", "binary",
        params={"objective": "binary", "sigmoid": 0.7}),
 ]  # fmt: skip

@@ -15,7 +15,8 @@ of XGBoost, LightGBM or scikit-learn:
 * Leaves carry a value vector of length :attr:`Forest.n_outputs`; the model output is
   ``base_score`` plus each tree's leaf value, added one tree at a time in tree order
   and rounded to :attr:`Forest.accumulate_dtype` after each addition, as the frameworks
-  add them (when ``average``: from zero, then divided by the tree count), then
+  add them (when ``average``: from zero, then divided by the tree count; when
+  ``base_last``: from zero, then ``scale * sum + base_score``), then
   :attr:`Forest.post_transform`.
 * Values the native predictor refuses (:attr:`Forest.refuses`) are refused before any
   tree sees them, with the native predictor's reason; everything else is scored.
@@ -115,6 +116,10 @@ class Forest:
     post_transform: PostTransform = "identity"
     sigmoid_alpha: float = 1.0
     average: bool = False
+    #: The margin is ``scale * (sum of the trees from zero) + base_score`` (CatBoost),
+    #: not the trees added to the base score.
+    base_last: bool = False
+    scale: float = 1.0
     #: With ``average``: the count each output's sum is divided by (default: every
     #: tree; a stack of forests, one per target: each target's own tree count).
     average_over: int | None = None
@@ -144,6 +149,8 @@ class Forest:
     cat_check_before_trunc: bool = False
     #: Predict of a classifier returns class labels; a Booster returns transformed values.
     predict_returns: Literal["label", "value", "class_index"] = "value"
+    #: ``predict``'s labels come as a ``[rows, 1]`` column (CatBoost's multiclass).
+    labels_as_column: bool = False
     #: IsolationForest: decision_function = -2 ** (-mean_path / norm) - offset.
     isolation_norm: float = 1.0
     isolation_offset: float = 0.0

@@ -200,5 +200,6 @@ def predictions(forest: Forest, values: np.ndarray) -> np.ndarray:
     if forest.predict_returns == "label":
         index = np.argmax(probabilities(forest, values), axis=1)
         classes = forest.classes if forest.classes is not None else np.arange(values.shape[1])
-        return np.asarray(classes)[index]
+        labels = np.asarray(classes)[index]
+        return labels[:, None] if forest.labels_as_column else labels
     return squeeze(values)

@@ -107,7 +107,8 @@ def feature_candidates(forest: Forest, *, special: bool = True) -> list[np.ndarr
 def _neighbours(t: np.ndarray) -> np.ndarray:
     """Each value and the next representable value either side, in its own precision."""
     inf = t.dtype.type(np.inf)
-    return np.concatenate([t, np.nextafter(t, inf), np.nextafter(t, -inf)])
+    with np.errstate(over="ignore"):  # past the largest finite value is inf, also a probe
+        return np.concatenate([t, np.nextafter(t, inf), np.nextafter(t, -inf)])
 
 
 def probe_rows(

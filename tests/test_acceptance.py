@@ -61,6 +61,8 @@ def native_leaves(model: Any) -> Callable[[Any], Any] | None:
         )
     if isinstance(model, (lgb.Booster, lgb.LGBMModel)):
         return lambda X: model.predict(X, pred_leaf=True)
+    if type(model).__module__.startswith("catboost"):
+        return lambda X: model.calc_leaf_indexes(X)
     return getattr(model, "apply", None)  # HistGradientBoosting: none
 
 

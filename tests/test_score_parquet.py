@@ -40,7 +40,7 @@ from .conftest import built
 runner = CliRunner()
 FRAMEWORK_MODELS = ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "lgb_reg", "sk_hgb_frame",
                     "sk_rf_clf", "sk_iforest", "sk_et_multi_clf", "sk_rf_multi_reg",
-                    "xgb_multilabel", "xgb_multi_reg"]  # fmt: skip
+                    "xgb_multilabel", "xgb_multi_reg", "cb_multi", "cb_frame"]  # fmt: skip
 
 
 def write_input(frame: pd.DataFrame, root: Path, *, files: int = 3) -> pd.DataFrame:

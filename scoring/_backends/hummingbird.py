@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from .._frameworks import framework_named
 from .._ir import Forest
 from .._outputs import squeeze
 from .._parity import TOLERANCE, probe_rows, row_errors
@@ -49,6 +50,10 @@ class HummingbirdBackend:
         self.device = device
         self.strategy: str | None = strategy
         native = NativeBackend(model, forest)
+        if not framework_named(forest.framework).hummingbird:
+            raise UnsupportedModelError(
+                f"hummingbird has no converter for {forest.model_kind}; use backend='tensor'"
+            )
         if forest.multi_target:
             raise UnsupportedModelError(
                 f"hummingbird cannot score {forest.model_kind} of several targets; use "

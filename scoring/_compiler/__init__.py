@@ -145,6 +145,8 @@ class TensorForest(nn.Module):
         )
         # Averaging forests (scikit-learn's) add from zero and divide by the tree count.
         self.divisor = (forest.average_over or forest.n_trees) if forest.average else 1
+        # CatBoost adds its trees from zero, then scales and adds the bias.
+        self.base_last, self.scale = forest.base_last, forest.scale
         self.zero_snap = forest.zero_snap
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
@@ -184,8 +186,10 @@ class TensorForest(nn.Module):
         return self.leaves(positions, self._start(x), transposed=True)
 
     def _start(self, x: torch.Tensor) -> torch.Tensor:
-        """What the trees are added to, per row: the base score (zero when averaging)."""
-        return self.base_score.expand(x.shape[0], -1)
+        """What the trees are added to, per row: the base score (zero when averaging or
+        when it comes last)."""
+        start = self.base_score.expand(x.shape[0], -1)
+        return torch.zeros_like(start) if self.base_last else start
 
     def _margins(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(self._sums(x))
@@ -194,7 +198,10 @@ class TensorForest(nn.Module):
         return self._finish(self._prepared_sums(x))
 
     def _finish(self, total: torch.Tensor) -> torch.Tensor:
-        return total / self.divisor if self.divisor != 1 else total
+        total = total / self.divisor if self.divisor != 1 else total
+        if not self.base_last:
+            return total
+        return (total * self.scale if self.scale != 1.0 else total) + self.base_score
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
         """The native predictor's leaf id per row and tree, ``[B, T]``."""

@@ -21,7 +21,7 @@ import torch
 
 from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
-from . import lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
+from . import catboost, lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
 from ._protocol import FRAMEWORKS, Framework, NativeModel, native_input
 from ._wrappers import fitted_model
 
@@ -52,7 +52,8 @@ def framework_of(model: Any) -> Framework:
             return framework
     raise UnsupportedModelError(
         f"{type(model).__module__}.{type(model).__name__} is not a supported model: expected "
-        "a fitted scikit-learn tree ensemble, an XGBoost or LightGBM model, or a model file"
+        "a fitted scikit-learn tree ensemble, an XGBoost, LightGBM or CatBoost model, or a "
+        "model file"
     )
 
 

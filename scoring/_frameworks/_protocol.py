@@ -99,6 +99,8 @@ class Framework(ABC):
     artifact: str
     #: Model file suffixes this framework reads.
     suffixes: tuple[str, ...]
+    #: Whether Hummingbird (the comparison backend) has converters for its models.
+    hummingbird: bool = True
 
     def recognises(self, model: Any) -> bool:
         return type(model).__module__.split(".")[0] == self.name
