@@ -33,14 +33,22 @@ def test_a_registered_model_is_catboosts_own_file_and_the_same_bytes_twice(
     np.testing.assert_array_equal(cm.predict_raw(rows), model.predict(rows, "RawFormulaVal"))
 
 
-def test_a_cbm_file_is_read_as_the_class_its_loss_says(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["cbm", "json"])
+def test_a_model_file_is_read_as_the_class_its_loss_says(tmp_path: Path, fmt: str) -> None:
     model, _, _ = built("cb_clf")
-    path = tmp_path / "model.cbm"
-    model.save_model(str(path))
+    path = tmp_path / f"model.{fmt}"
+    model.save_model(str(path), format=fmt)
     cm = scoring.compile(path, backend="tensor", device="cpu")
     assert cm.forest.model_kind == "CatBoostClassifier"
     rows = np.random.default_rng(2).normal(size=(200, 6))
     np.testing.assert_array_equal(cm.predict(rows), model.predict(rows))
+
+
+def test_an_xgboost_json_file_is_still_xgboosts(tmp_path: Path) -> None:
+    model, _, _ = built("xgb_clf")
+    path = tmp_path / "model.json"
+    model.save_model(path)
+    assert scoring.compile(path, backend="tensor", device="cpu").forest.framework == "xgboost"
 
 
 def test_a_categorical_feature_is_refused_by_name() -> None:

@@ -94,7 +94,7 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
     suffix = p.suffix.lower()
     if suffix in _PICKLE_SUFFIXES:
         return _load_pickle(p, trusted=trusted)
-    readers = [f for f in FRAMEWORKS.values() if suffix in f.suffixes]
+    readers = [f for f in FRAMEWORKS.values() if suffix in f.suffixes and f.claims(p)]
     if not readers:
         known = ", ".join(f"{' '.join(f.suffixes)} ({f.name})" for f in FRAMEWORKS.values())
         raise ModelFileError(

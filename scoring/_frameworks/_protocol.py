@@ -105,6 +105,11 @@ class Framework(ABC):
     def recognises(self, model: Any) -> bool:
         return type(model).__module__.split(".")[0] == self.name
 
+    def claims(self, path: Path) -> bool:
+        """Whether a file with one of :attr:`suffixes` is this framework's (a suffix two
+        frameworks share, ``.json``, is told apart by its content)."""
+        return True
+
     @abstractmethod
     def load_file(self, path: Path, *, trusted: bool) -> Any:
         """A model object from a file with one of :attr:`suffixes`."""

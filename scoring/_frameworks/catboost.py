@@ -182,14 +182,25 @@ class CatBoost(Framework):
     name = "catboost"
     distribution = "catboost"
     artifact = "model.cbm"
-    suffixes = (".cbm",)
+    suffixes = (".cbm", ".json")
     hummingbird = False
+
+    def claims(self, path: Path) -> bool:
+        """A ``.cbm`` file, or JSON that opens with CatBoost's keys (XGBoost's with
+        ``learner`` or ``version``)."""
+        if path.suffix.lower() == ".cbm":
+            return True
+        with path.open("rb") as f:
+            head = f.read(4096)
+        return b'"features_info"' in head or b'"oblivious_trees"' in head
 
     def load_file(self, path: Path, *, trusted: bool) -> Any:
         import catboost
 
-        loss = catboost.CatBoost().load_model(str(path)).get_all_params()["loss_function"]
-        return getattr(catboost, _class_for(str(loss)))().load_model(str(path))
+        fmt = "json" if path.suffix.lower() == ".json" else "cbm"
+        loss = catboost.CatBoost().load_model(str(path), format=fmt).get_all_params()
+        kind = _class_for(str(loss["loss_function"]))
+        return getattr(catboost, kind)().load_model(str(path), format=fmt)
 
     def to_forest(self, model: Any) -> Forest:
         if not model.is_fitted():
