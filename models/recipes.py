@@ -116,6 +116,17 @@ def _wrapped(r: Recipe, model: Any) -> Any:
 
     if r.wrapper == "Pipeline":
         return pipeline.Pipeline([("columns", "passthrough"), ("model", model)])
+    if r.wrapper == "ImputingPipeline":  # columns filled, dropped and reordered
+        from sklearn.compose import ColumnTransformer
+        from sklearn.impute import SimpleImputer
+
+        prep = ColumnTransformer([("fill", SimpleImputer(strategy="median"), [3, 1]),
+                                  ("skip", "drop", [5])], remainder="passthrough")  # fmt: skip
+        return pipeline.Pipeline([("prep", prep), ("model", model)])
+    if r.wrapper == "Imputer":
+        from sklearn.impute import SimpleImputer
+
+        return pipeline.Pipeline([("fill", SimpleImputer()), ("model", model)])
     if r.wrapper.endswith("CV"):
         grid = {"n_estimators": [max(1, r.n_trees // 2), r.n_trees]}
         search = getattr(model_selection, r.wrapper)
@@ -194,6 +205,9 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_mo_et_clf", "sklearn", "ExtraTreesClassifier", "multioutput",
        wrapper="MultiOutputClassifier"),
     _r("sk_grid_rf", "sklearn", "RandomForestClassifier", "binary", wrapper="GridSearchCV"),
+    _r("sk_pipe_rf", "sklearn", "RandomForestClassifier", "binary", wrapper="ImputingPipeline"),
+    _r("sk_pipe_gb", "sklearn", "GradientBoostingRegressor", "regression", depth=3,
+       wrapper="Imputer"),
     _r("sk_gb_clf", "sklearn", "GradientBoostingClassifier", "binary", missing=False, depth=3),
     _r("sk_gb_multi", "sklearn", "GradientBoostingClassifier", "multiclass",
        missing=False, depth=3),

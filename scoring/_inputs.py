@@ -58,6 +58,9 @@ def prepare(X: Any, forest: Forest, *, leaves: bool = False) -> Matrix:
         mat = _from_numpy(X, forest)
     if forest.missing_value is not None:
         mat[mat == forest.missing_value] = float("nan")
+    for j, fill in forest.fill_missing.items():  # a Pipeline's SimpleImputer
+        column = mat[:, j]
+        column[_isnan(column)] = fill
     _check_values(mat, forest, _input_labels(X, forest), leaves=leaves)
     return mat
 
@@ -292,14 +295,14 @@ def _refusals(mat: Matrix, forest: Forest, *, leaves: bool) -> Iterator[tuple[st
         for kind, reason in forest.refuses.items()
         if kind.startswith("leaf_") == leaves
     }
+    groups = forest.column_groups()
     if "nan" in refuses:
-        yield "NaN (missing)", _isnan(mat), refuses["nan"]
-    categorical = set(forest.categorical_features)
-    numeric = [j for j in range(forest.n_features) if j not in categorical]
-    for kind, cols in (("inf", numeric), ("categorical_inf", sorted(categorical))):
-        if kind in refuses and cols:
+        read = [j for cols in groups.values() for j in cols]  # a dropped column: anything
+        yield "NaN (missing)", _isnan(mat) & _columns(mat, read), refuses["nan"]
+    for group, cols in groups.items():
+        if f"{group}inf" in refuses and cols:
             bad = _too_large(mat, forest) & _columns(mat, cols)
-            yield "infinite or too large", bad, refuses[kind]
+            yield "infinite or too large", bad, refuses[f"{group}inf"]
 
 
 def _columns(mat: Matrix, cols: list[int]) -> Any:

@@ -55,10 +55,11 @@ Task = Literal[
 ]
 
 #: Kinds of value a native predictor may refuse: NaN, and +-inf (with, for float32
-#: readers, finite float64 values past float32's range) in numeric or in categorical
-#: columns.  The same kinds after ``leaf_`` are what it refuses when giving leaf ids,
-#: which can differ (XGBoost's DMatrix refuses inf; GradientBoosting's apply takes NaN).
-REFUSABLE = ("nan", "inf", "categorical_inf")
+#: readers, finite float64 values past float32's range) in numeric, in categorical or in
+#: filled (:attr:`Forest.fill_missing`) columns.  The same kinds after ``leaf_`` are what
+#: it refuses when giving leaf ids, which can differ (XGBoost's DMatrix refuses inf;
+#: GradientBoosting's apply takes NaN).
+REFUSABLE = ("nan", "inf", "categorical_inf", "filled_inf")
 
 SPLIT_NUMERIC = 0
 SPLIT_CATEGORICAL = 1
@@ -140,6 +141,10 @@ class Forest:
     input_dtype: Literal["float32", "float64"] = "float32"
     accumulate_dtype: Literal["float32", "float64"] = "float64"
     missing_value: float | None = None  # a value read as missing besides NaN
+    #: Per input column: what a missing value reads as (a Pipeline's SimpleImputer).
+    fill_missing: dict[int, float] = field(default_factory=dict)
+    #: Input columns a Pipeline drops before the model: whatever they hold is accepted.
+    dropped: list[int] = field(default_factory=list)
     #: LightGBM: inputs with |x| <= ZERO_THRESHOLD become 0.0 before any tree sees them.
     zero_snap: bool = False
     #: What the native predictor refuses, asked of the predictor itself at import: a
@@ -173,10 +178,18 @@ class Forest:
     def accepts_nan(self) -> bool:
         return "nan" not in self.refuses
 
+    def column_groups(self) -> dict[str, list[int]]:
+        """Input columns by what native may treat differently: numeric, categorical, and
+        filled by a Pipeline's imputer."""
+        categorical, filled = set(self.categorical_features), set(self.fill_missing)
+        unread = categorical | filled | set(self.dropped)
+        numeric = [j for j in range(self.n_features) if j not in unread]
+        return {"": numeric, "categorical_": sorted(categorical), "filled_": sorted(filled)}
+
     def accepts_inf(self, feature: int) -> bool:
         """Whether native scores +-inf (and float32 overflow) in this feature's column."""
-        kind = "categorical_inf" if feature in self.categorical_features else "inf"
-        return kind not in self.refuses
+        groups = self.column_groups().items()
+        return all(f"{g}inf" not in self.refuses for g, cols in groups if feature in cols)
 
     @property
     def has_categorical(self) -> bool:

@@ -99,11 +99,11 @@ def decision(
         return str(exc).strip().splitlines()[0]
 
 
-def assert_same_decision(ours: Any, native: Any, what: str) -> None:
+def assert_same_decision(ours: Any, native: Any, what: str, *, reason: bool = True) -> None:
     if isinstance(native, str):
         assert isinstance(ours, str), f"{what}: native refuses ({native}), we scored"
         # native's own words, less XGBoost's log prefix, are in our one line
-        assert native.split("Check failed: valid: ")[-1][-40:] in ours, (ours, native)
+        assert not reason or native.split("Check failed: valid: ")[-1][-40:] in ours, (ours, native)
     else:
         assert not isinstance(ours, str), f"{what}: native scores, we refuse: {ours}"
         if native is not None:
@@ -119,7 +119,12 @@ def test_the_product_accepts_and_refuses_what_native_does(recipe_name: str, back
     for column, label, value in cases(recipe_name):
         X = rows_with(recipe_name, column, value)
         what = f"{recipe_name} {backend}: {label} in column {column}"
-        assert_same_decision(decision(our_call, X), decision(native_call, X), what)
+        # A value past float32's range in a column a Pipeline's imputer fills: the imputer
+        # passes it and the final model refuses it; we refuse it too, with the imputer's
+        # reason (the matrix is float32 by then, where it is inf).
+        past_float32 = column in forest.fill_missing and label in ("1e39", "-1e39")
+        ours, native = decision(our_call, X), decision(native_call, X)
+        assert_same_decision(ours, native, what, reason=not past_float32)
         native_leaf = decision(native_leaves(model), X, leaves=True)
         if native_leaf is not None:
             ours = decision(cm.predict_leaf, X, leaves=True)

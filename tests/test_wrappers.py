@@ -1,7 +1,7 @@
 """scikit-learn's meta-estimators around tree models: what is taken apart, what is stored,
 and what is refused (with the wrapper or the step named).  Their scores are held to
 native by the parity suite (recipes ``sk_mo_*``, ``sk_grid_rf``, ``xgb_search``,
-``lgb_pipeline``)."""
+``lgb_pipeline``, ``sk_pipe_*``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import xgboost as xgb
+from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import (
     ExtraTreesClassifier,
     GradientBoostingClassifier,
@@ -23,6 +24,7 @@ from sklearn.impute import SimpleImputer
 from sklearn.model_selection import GridSearchCV
 from sklearn.multioutput import ClassifierChain, MultiOutputClassifier, MultiOutputRegressor
 from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
 
 import scoring
 from scoring._scorer import Scorer
@@ -61,6 +63,22 @@ def test_a_multi_output_classifier_scores_each_target_as_its_estimator() -> None
     np.testing.assert_array_equal(scored.column("label_1").to_numpy(), model.predict(X)[:, 1])
 
 
+def test_a_pipeline_that_fills_and_picks_columns_is_stored_and_scored_whole(
+    tmp_path: Path,
+) -> None:
+    prep = ColumnTransformer([("fill", SimpleImputer(strategy="mean"), [2]),
+                              ("skip", "drop", [0])], remainder="passthrough")  # fmt: skip
+    model = Pipeline([("prep", prep), ("model", RandomForestRegressor(n_estimators=3))])
+    holes = X.copy()
+    holes[::7, 2] = np.nan
+    model.fit(holes, Y[:, 0])
+    registry = scoring.Registry(tmp_path / "reg")
+    registry.register("filled", model)
+    cm = scoring.compile(registry.bundle("filled"), backend="tensor", device="cpu")
+    assert cm.forest.fill_missing == {2: model[0].named_transformers_["fill"].statistics_[0]}
+    np.testing.assert_array_equal(cm.predict(holes), model.predict(holes))
+
+
 def test_forests_of_different_sizes_do_not_stack() -> None:
     model = MultiOutputRegressor(RandomForestRegressor(n_estimators=3, random_state=0)).fit(X, Y)
     model.estimators_[1] = RandomForestRegressor(n_estimators=5, random_state=0).fit(X, Y[:, 1])
@@ -73,8 +91,10 @@ def test_forests_of_different_sizes_do_not_stack() -> None:
     [
         (GridSearchCV(RandomForestClassifier(), {"n_estimators": [2]}, cv=2, refit=False),
          LABELS[:, 0], "refit=False"),
-        (Pipeline([("impute", SimpleImputer()), ("model", RandomForestClassifier())]),
-         LABELS[:, 0], "step 'impute' (SimpleImputer)"),
+        (Pipeline([("scale", StandardScaler()), ("model", RandomForestClassifier())]),
+         LABELS[:, 0], "step 'scale' (StandardScaler)"),
+        (Pipeline([("impute", SimpleImputer()), ("model", xgb.XGBClassifier())]),
+         LABELS[:, 0], "before XGBClassifier"),
         (ClassifierChain(RandomForestClassifier(n_estimators=2)), LABELS, "ClassifierChain"),
         (MultiOutputClassifier(GradientBoostingClassifier(n_estimators=2)), LABELS,
          "MultiOutputClassifier of GradientBoostingClassifier"),

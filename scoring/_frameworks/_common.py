@@ -60,9 +60,9 @@ def probe_refusals(
     and ``leaf`` take a float64 row ``[1, n_features]`` and raise ValueError on a
     refusal; a call that fails on a plain row of zeros is not asked."""
     n = forest.n_features
-    numeric = [j for j in range(n) if j not in forest.categorical_features]
-    kinds = [("nan", numeric, np.nan), ("inf", numeric, np.inf),
-             ("categorical_inf", forest.categorical_features, np.inf)]  # fmt: skip
+    groups = forest.column_groups()
+    kinds = [("nan", groups[""], np.nan)]
+    kinds += [(f"{group}inf", columns, np.inf) for group, columns in groups.items()]
     refuses: dict[str, str] = {}
     for prefix, call in (("", score), ("leaf_", leaf)):
         if call is None or _refusal(call, np.zeros((1, n))) is not None:

@@ -2,7 +2,9 @@
 
 - A search (``GridSearchCV``, ``RandomizedSearchCV``, the halving ones) predicts with its
   refit ``best_estimator_``: that estimator is what is imported, stored and scored.
-- A ``Pipeline`` whose earlier steps are all ``"passthrough"`` is its last step.
+- A ``Pipeline`` whose earlier steps are all ``"passthrough"`` is its last step; one
+  that selects columns and fills missing values before a scikit-learn tree model is
+  compiled with it (:mod:`._pipeline`).
 - ``MultiOutputRegressor``/``MultiOutputClassifier`` fit one clone of a tree model per
   target: their forests are stacked into one Forest of several targets
   (:func:`stack_targets`), whose outputs are the targets' side by side, each summed from
@@ -20,6 +22,7 @@ import numpy as np
 
 from .._ir import Forest, Tree
 from ..errors import UnsupportedModelError
+from ._pipeline import pipeline_supported
 
 __all__ = ["MULTI_OUTPUT_KINDS", "fitted_model", "stack_targets", "target_estimators"]
 
@@ -46,14 +49,15 @@ def fitted_model(model: Any) -> Any:
             "one model on every target (trees and forests take a 2-D y)"
         )
     if kind == "Pipeline":
-        for name, step in model.steps[:-1]:
-            if step not in (None, "passthrough"):
-                raise UnsupportedModelError(
-                    f"Pipeline step {name!r} ({type(step).__name__}) is not supported: only "
-                    "a Pipeline whose earlier steps are 'passthrough' is; apply the step to "
-                    "the data before scoring, or pass the final estimator"
-                )
-        return fitted_model(model.steps[-1][1])
+        if all(step in (None, "passthrough") for _, step in model.steps[:-1]):
+            return fitted_model(model.steps[-1][1])
+        if not pipeline_supported(model):
+            final = type(model.steps[-1][1]).__name__
+            raise UnsupportedModelError(
+                f"a Pipeline whose steps change the data before {final} is not supported "
+                "(only before scikit-learn tree models): apply the steps to the data before "
+                "scoring, or pass the final estimator"
+            )
     return model
 
 

@@ -22,6 +22,7 @@ from .._ir import Forest, Tree, largest_float32_at_most
 from .._outputs import squeeze
 from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
 from ._common import numeric_tree, probe_refusals
+from ._pipeline import import_pipeline
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
 from ._wrappers import MULTI_OUTPUT_KINDS, stack_targets, target_estimators
@@ -49,6 +50,8 @@ def import_sklearn(model: Any) -> Forest:
         forest = import_hist_gradient_boosting(model, kind)
     elif kind == "IsolationForest":
         forest = _import_isolation_forest(model)
+    elif kind == "Pipeline":
+        forest = import_pipeline(model, import_sklearn)
     elif kind in MULTI_OUTPUT_KINDS:
         forests = [import_sklearn(e) for e in target_estimators(model)]
         forest = stack_targets(forests, kind=kind)
@@ -226,11 +229,15 @@ def _import_isolation_forest(model: Any) -> Forest:
 def _reports_leaves(model: Any) -> bool:
     """HistGradientBoosting has no ``apply`` (nor a wrapper of it)."""
     kind = type(model).__name__
+    if kind == "Pipeline":
+        return _reports_leaves(model.steps[-1][1])
     parts = model.estimators_ if kind in MULTI_OUTPUT_KINDS else [model]
     return kind == "IsolationForest" or all(hasattr(m, "apply") for m in parts)
 
 
 def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ == "Pipeline":  # its final model's leaves, of the steps' output
+        return _leaves(model.steps[-1][1], np.asarray(model[:-1].transform(X), np.float32))
     if type(model).__name__ in MULTI_OUTPUT_KINDS:  # each target's trees, in target order
         return np.hstack([_leaves(e, X) for e in model.estimators_])
     if type(model).__name__ == "IsolationForest":  # it accepts inf: read leaves as it does
@@ -313,6 +320,7 @@ SKOPS_TRUSTED = frozenset({
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
     "sklearn.utils.validation.check_array",
     "functools.partial",  # IsolationForest's partial of check_array, listed above
+    "numpy.dtype",  # a Pipeline's SimpleImputer keeps the dtype it was fitted on
 })  # fmt: skip
 
 
