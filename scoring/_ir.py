@@ -145,6 +145,12 @@ class Forest:
     fill_missing: dict[int, float] = field(default_factory=dict)
     #: Input columns a Pipeline drops before the model: whatever they hold is accepted.
     dropped: list[int] = field(default_factory=list)
+    #: A chain (scikit-learn's RegressorChain/ClassifierChain): one Forest per target,
+    #: run in order, each reading the input columns and then what the ones before it
+    #: predicted (labels for classifiers); :attr:`trees` holds all of theirs, in order.
+    stages: list[Forest] = field(default_factory=list)
+    #: The target each stage predicts (the chain's ``order_``).
+    stage_targets: list[int] = field(default_factory=list)
     #: LightGBM: inputs with |x| <= ZERO_THRESHOLD become 0.0 before any tree sees them.
     zero_snap: bool = False
     #: What the native predictor refuses, asked of the predictor itself at import: a

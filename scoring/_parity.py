@@ -84,6 +84,8 @@ def feature_candidates(forest: Forest, *, special: bool = True) -> list[np.ndarr
         inner = np.flatnonzero(tree.left >= 0)
         numeric = inner[tree.split_kind[inner] != SPLIT_CATEGORICAL]
         for f in np.unique(tree.feature[numeric]):
+            if f >= forest.n_features:  # a chain's later stage: an earlier prediction
+                continue
             t = tree.threshold[numeric[tree.feature[numeric] == f]]
             t = t[np.isfinite(t)]  # sklearn's missing-only splits test against inf
             found[f].append(_neighbours(t.astype(np.float32)).astype(np.float64))

@@ -1,7 +1,7 @@
 """scikit-learn's meta-estimators around tree models: what is taken apart, what is stored,
 and what is refused (with the wrapper or the step named).  Their scores are held to
 native by the parity suite (recipes ``sk_mo_*``, ``sk_grid_rf``, ``xgb_search``,
-``lgb_pipeline``, ``sk_pipe_*``)."""
+``lgb_pipeline``, ``sk_pipe_*``, ``sk_chain_*``)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ def test_forests_of_different_sizes_do_not_stack() -> None:
          LABELS[:, 0], "step 'scale' (StandardScaler)"),
         (Pipeline([("impute", SimpleImputer()), ("model", xgb.XGBClassifier())]),
          LABELS[:, 0], "before XGBClassifier"),
-        (ClassifierChain(RandomForestClassifier(n_estimators=2)), LABELS, "ClassifierChain"),
+        (ClassifierChain(RandomForestClassifier(n_estimators=2), chain_method="predict_proba"),
+         (LABELS > 0).astype(int), "chain_method='predict_proba'"),
         (MultiOutputClassifier(GradientBoostingClassifier(n_estimators=2)), LABELS,
          "MultiOutputClassifier of GradientBoostingClassifier"),
         (MultiOutputRegressor(xgb.XGBRegressor(n_estimators=2)), Y,

@@ -25,6 +25,7 @@ from torch import nn
 
 from .._ir import Forest
 from ..errors import CompileError, ResourceLimitError
+from .chain import ChainForest
 from .fused import FusedBlocks
 from .kernels import (
     ZERO_THRESHOLD,
@@ -228,7 +229,10 @@ def compile_forest(
     strategy: str = "auto",
     batch_size: int | None = None,
     max_perfect_bytes: int = PERFECT_MAX_BYTES,
-) -> tuple[TensorForest, StrategyChoice]:
+) -> tuple[TensorForest | ChainForest, StrategyChoice]:
+    if forest.stages:  # a chain: its stages compiled one by one, run in order
+        return _compile_chain(forest, device=device, strategy=strategy, batch_size=batch_size,
+                              max_perfect_bytes=max_perfect_bytes)  # fmt: skip
     if forest.n_trees == 0:
         raise CompileError(f"{forest.model_kind} has no trees to compile")
     if strategy == "auto":
@@ -254,6 +258,27 @@ def compile_forest(
         walk = getattr(built.paths, "name", "tree")
         choice = StrategyChoice(choice.name, f"{choice.reason}; {walk} compiled in row blocks")
     return module, choice
+
+
+def _compile_chain(
+    forest: Forest,
+    *,
+    device: torch.device,
+    strategy: str,
+    batch_size: int | None,
+    max_perfect_bytes: int,
+) -> tuple[ChainForest, StrategyChoice]:
+    modules: list[nn.Module] = []
+    choices: list[StrategyChoice] = []
+    for stage in forest.stages:
+        module, choice = compile_forest(
+            stage, device=device, strategy=strategy, batch_size=batch_size,
+            max_perfect_bytes=max_perfect_bytes,
+        )  # fmt: skip
+        modules.append(module)
+        choices.append(choice)
+    chain = ChainForest(modules, forest.stages, forest.stage_targets)
+    return chain, StrategyChoice(choices[0].name, f"a chain of {len(modules)}: {choices[0].reason}")
 
 
 def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:

@@ -9,8 +9,10 @@
   target: their forests are stacked into one Forest of several targets
   (:func:`stack_targets`), whose outputs are the targets' side by side, each summed from
   its own trees in their order, so every target's bits are its estimator's.
+- ``RegressorChain``/``ClassifierChain`` run their estimators in order, each reading the
+  rows and the predictions before it: a Forest of stages (:func:`chain_of`).
 
-Chains, and Pipelines with other steps, are refused naming the wrapper or the step.
+Pipelines with other steps are refused naming the step.
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ from .._ir import Forest, Tree
 from ..errors import UnsupportedModelError
 from ._pipeline import pipeline_supported
 
-__all__ = ["MULTI_OUTPUT_KINDS", "fitted_model", "stack_targets", "target_estimators"]
+__all__ = [
+    "CHAIN_KINDS",
+    "MULTI_OUTPUT_KINDS",
+    "chain_of",
+    "fitted_model",
+    "stack_targets",
+    "target_estimators",
+]
 
 MULTI_OUTPUT_KINDS = frozenset({"MultiOutputRegressor", "MultiOutputClassifier"})
+CHAIN_KINDS = frozenset({"RegressorChain", "ClassifierChain"})
 _SEARCHES = frozenset({
     "GridSearchCV", "RandomizedSearchCV", "HalvingGridSearchCV", "HalvingRandomSearchCV",
 })  # fmt: skip
@@ -42,12 +52,6 @@ def fitted_model(model: Any) -> Any:
                 "refit it, or pass the estimator you chose"
             )
         return fitted_model(model.best_estimator_)
-    if kind in ("RegressorChain", "ClassifierChain"):
-        raise UnsupportedModelError(
-            f"{kind} is not supported: each of its estimators reads the earlier targets' "
-            "predictions as features; score its estimators_ one by one in order_, or fit "
-            "one model on every target (trees and forests take a 2-D y)"
-        )
     if kind == "Pipeline":
         if all(step in (None, "passthrough") for _, step in model.steps[:-1]):
             return fitted_model(model.steps[-1][1])
@@ -73,6 +77,40 @@ def target_estimators(model: Any) -> list[Any]:
                 "register one model per target"
             )
     return list(model.estimators_)
+
+
+def chain_of(forests: list[Forest], model: Any) -> Forest:
+    """A chain's Forest: its estimators' Forests as stages (see
+    :class:`scoring._compiler.chain.ChainForest`), their trees together for whoever
+    reads the trees (probes, leaf ids)."""
+    kind = type(model).__name__
+    classifier = kind == "ClassifierChain"
+    if getattr(model, "chain_method_", "predict") != "predict":
+        raise UnsupportedModelError(
+            f"{kind} with chain_method={model.chain_method_!r} is not supported: only "
+            "'predict' (each estimator reads the labels predicted before it)"
+        )
+    wanted = "binary" if classifier else "regression"
+    for forest in forests:
+        if forest.task != wanted or (not classifier and forest.n_outputs != 1):
+            raise UnsupportedModelError(
+                f"{kind} of {forest.model_kind} ({forest.task}) is not supported: its "
+                f"estimators must be {'binary classifiers' if classifier else 'regressors'}"
+            )
+    first = forests[0]
+    return Forest(
+        framework=first.framework,
+        model_kind=kind,
+        task="multilabel" if classifier else "regression",
+        trees=[tree for forest in forests for tree in forest.trees],
+        n_features=int(model.n_features_in_),
+        n_outputs=len(forests),
+        base_score=np.zeros(len(forests)),
+        objective=first.objective,
+        input_dtype=first.input_dtype,
+        stages=forests,
+        stage_targets=[int(t) for t in model.order_],
+    )
 
 
 def stack_targets(forests: list[Forest], *, kind: str) -> Forest:

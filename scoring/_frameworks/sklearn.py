@@ -25,7 +25,13 @@ from ._common import numeric_tree, probe_refusals
 from ._pipeline import import_pipeline
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
-from ._wrappers import MULTI_OUTPUT_KINDS, stack_targets, target_estimators
+from ._wrappers import (
+    CHAIN_KINDS,
+    MULTI_OUTPUT_KINDS,
+    chain_of,
+    stack_targets,
+    target_estimators,
+)
 
 __all__ = ["FRAMEWORK", "SKOPS_TRUSTED", "import_sklearn", "load_skops_bytes"]
 
@@ -55,6 +61,8 @@ def import_sklearn(model: Any) -> Forest:
     elif kind in MULTI_OUTPUT_KINDS:
         forests = [import_sklearn(e) for e in target_estimators(model)]
         forest = stack_targets(forests, kind=kind)
+    elif kind in CHAIN_KINDS:
+        forest = chain_of([import_sklearn(e) for e in target_estimators(model)], model)
     else:
         raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
     forest.feature_names = _feature_names(model)
@@ -231,11 +239,25 @@ def _reports_leaves(model: Any) -> bool:
     kind = type(model).__name__
     if kind == "Pipeline":
         return _reports_leaves(model.steps[-1][1])
-    parts = model.estimators_ if kind in MULTI_OUTPUT_KINDS else [model]
+    parts = model.estimators_ if kind in MULTI_OUTPUT_KINDS | CHAIN_KINDS else [model]
     return kind == "IsolationForest" or all(hasattr(m, "apply") for m in parts)
 
 
+def _chain_leaves(chain: Any, X: np.ndarray) -> np.ndarray:
+    """Each estimator's leaves, of the rows and the predictions before it, as the chain
+    predicts (``predict``: labels for classifiers)."""
+    passed = np.zeros((len(X), len(chain.estimators_)))
+    leaves = []
+    for k, estimator in enumerate(chain.estimators_):
+        rows = np.hstack([np.asarray(X, dtype=np.float64), passed[:, :k]])
+        leaves.append(_leaves(estimator, rows.astype(np.float32)))
+        passed[:, k] = estimator.predict(rows)
+    return np.hstack(leaves)
+
+
 def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ in CHAIN_KINDS:
+        return _chain_leaves(model, X)
     if type(model).__name__ == "Pipeline":  # its final model's leaves, of the steps' output
         return _leaves(model.steps[-1][1], np.asarray(model[:-1].transform(X), np.float32))
     if type(model).__name__ in MULTI_OUTPUT_KINDS:  # each target's trees, in target order
@@ -269,6 +291,8 @@ class SklearnNative(NativeModel):
     def predict_raw(self, X: Any) -> np.ndarray:
         if self.forest.task == "multioutput":  # the class fractions, side by side
             return np.hstack(self.predict_proba(X))
+        if self.forest.stages:  # a chain: predictions, or probabilities of the 2nd class
+            return self.call("predict_proba" if self.forest.task == "multilabel" else "predict", X)
         kind, classifier = self.forest.model_kind, self.forest.task in ("binary", "multiclass")
         if kind == "IsolationForest" or (kind in _GB_KINDS | _HGB_KINDS and classifier):
             return self.call("decision_function", X)
