@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring._engines.ray import RayEngine
-from scoring.errors import MissingColumnError, ScoringError
+from scoring._engines.ray import RayEngine, check_fits
+from scoring.errors import ConfigError, MissingColumnError, ScoringError
 from scoring.ray import plan_workers
 
 from .test_score_parquet import assert_native_parity, model_frame, write_input
@@ -53,6 +54,18 @@ def test_worker_plan_leaves_cpus_for_reads() -> None:
     assert plan_workers({"CPU": 16.0, "GPU": 4.0}, device="cpu").device == "cpu"
     with pytest.raises(ScoringError, match="no GPUs"):
         plan_workers(two, device="cuda")
+
+
+def test_no_actor_asks_for_more_cpus_than_a_node_has() -> None:
+    """Two 1-CPU nodes: one actor of 2 CPUs would wait for a node forever."""
+    two_nodes = plan_workers({"CPU": 2.0}, reserve_reads=False, node_cpus=[1.0, 1.0])
+    assert (two_nodes.workers, two_nodes.num_cpus) == (2, 1.0)
+    one_node = plan_workers({"CPU": 2.0}, reserve_reads=False, node_cpus=[2.0])
+    assert (one_node.workers, one_node.num_cpus) == (1, 2.0)  # as without node sizes
+    asked = plan_workers({"CPU": 8.0}, num_workers=1, reserve_reads=False, node_cpus=[4.0] * 2)
+    assert (asked.workers, asked.num_cpus) == (1, 4.0)
+    with pytest.raises(ConfigError, match="num_cpus=3 per actor, but the largest node"):
+        check_fits(dataclasses.replace(two_nodes, num_cpus=3.0), [1.0, 1.0])
 
 
 @pytest.mark.parametrize("name", ["xgb_multi", "lgb_cat_frame", "sk_rf_clf"])

@@ -108,15 +108,50 @@ def plan_workers(
     device: str = "auto",
     num_workers: int | None = None,
     reserve_reads: bool = True,
+    node_cpus: Sequence[float] = (),
 ) -> WorkerPlan:
-    """Size the actor pool from ``ray.cluster_resources()``.
+    """Size the actor pool from ``ray.cluster_resources()`` and, when given, the CPUs of
+    each node (:func:`node_cpus`).
 
     GPUs (device auto or cuda): one actor per GPU, ``num_gpus=1``, and at most
     ``GPU_WORKER_CPUS`` CPU each, never more than half the cluster's CPUs together.
     CPUs only: actors of ``CPU_WORKER_THREADS`` CPUs; with ``reserve_reads`` one CPU
     (half of a 2-CPU cluster) stays free for the read tasks, which an actor pool that
-    claims every CPU starves forever.
+    claims every CPU starves forever.  An actor never asks for more CPUs than the largest
+    node has: Ray would wait for such a node forever (two 1-CPU nodes are two actors of
+    one CPU, not one of two).
     """
+    plan = _plan(resources, device=device, num_workers=num_workers, reserve_reads=reserve_reads)
+    largest = max(node_cpus, default=0.0)
+    if largest <= 0 or plan.num_cpus <= largest:
+        return plan
+    if num_workers is not None:  # the caller's count, each actor as large as a node allows
+        return replace(plan, num_cpus=largest)
+    fitting = sum(int(n // largest) for n in node_cpus)  # actors of `largest` CPUs
+    planned = plan.workers * plan.num_cpus
+    return replace(plan, workers=max(1, min(fitting, int(planned // largest))), num_cpus=largest)
+
+
+def node_cpus() -> list[float]:
+    """The CPUs of each live node of the connected cluster."""
+    import ray
+
+    return [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+
+
+def check_fits(plan: WorkerPlan, cpus_per_node: Sequence[float]) -> None:
+    """An actor asking for more CPUs than any node has would wait forever: refuse it."""
+    largest = max(cpus_per_node, default=0.0)
+    if largest > 0 and plan.num_cpus > largest:
+        raise ConfigError(
+            f"num_cpus={plan.num_cpus:g} per actor, but the largest node of the Ray cluster "
+            f"has {largest:g} CPUs, so no actor could start; ask for at most {largest:g}"
+        )
+
+
+def _plan(
+    resources: Mapping[str, float], *, device: str, num_workers: int | None, reserve_reads: bool
+) -> WorkerPlan:
     cpus = float(resources.get("CPU", 0))
     gpus = float(resources.get("GPU", 0)) if device != "cpu" else 0.0
     if num_workers is not None and num_workers < 1:
@@ -277,7 +312,9 @@ class RayEngine:
         if options.num_workers is not None:
             return options.num_workers
         connect(options.address)
-        return plan_workers(ray.cluster_resources(), device=device, reserve_reads=False).workers
+        return plan_workers(
+            ray.cluster_resources(), device=device, reserve_reads=False, node_cpus=node_cpus()
+        ).workers
 
     def run(
         self, run: Run, *, source: ModelSource, options: RayOptions, progress: RunProgress
@@ -289,17 +326,20 @@ class RayEngine:
         if not run.todo:  # every file journaled by an earlier run: only publication is left
             return Scored([], {}, _written_metadata(run))
         connect(options.address)
+        nodes = node_cpus()
         plan = plan_workers(
             ray.cluster_resources(),
             device=run.device,
             num_workers=options.num_workers,
             reserve_reads=False,  # actors read their own files; Ray runs no read tasks here
+            node_cpus=nodes,
         )
         plan = replace(
             plan,
             num_cpus=options.num_cpus or plan.num_cpus,
             num_gpus=plan.num_gpus if options.num_gpus is None else options.num_gpus,
         )
+        check_fits(plan, nodes)
         spec = _Spec(
             bundle=(ray.put(source.shipped().to_bytes()),),
             data=run.data,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .._engines.base import resolve_model
-from .._engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, plan_workers
+from .._engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, node_cpus, plan_workers
 from .._scorer import Scorer
 
 if TYPE_CHECKING:
@@ -62,7 +62,11 @@ def score_dataset(
     connect()
     bundle = resolve_model(model, registry=registry, local=False).shipped()
     plan = plan_workers(
-        ray.cluster_resources(), device=device, num_workers=num_workers, reserve_reads=True
+        ray.cluster_resources(),
+        device=device,
+        num_workers=num_workers,
+        reserve_reads=True,
+        node_cpus=node_cpus(),
     )
     return ds.map_batches(
         _BatchScorer,
