@@ -295,21 +295,27 @@ def _refusals(mat: Matrix, forest: Forest, *, leaves: bool) -> Iterator[tuple[st
         for kind, reason in forest.refuses.items()
         if kind.startswith("leaf_") == leaves
     }
+    if not refuses:
+        return
     groups = forest.column_groups()
     if "nan" in refuses:
         read = [j for cols in groups.values() for j in cols]  # a dropped column: anything
-        yield "NaN (missing)", _isnan(mat) & _columns(mat, read), refuses["nan"]
+        yield "NaN (missing)", _within(_isnan(mat), read), refuses["nan"]
+    too_large = None  # one pass over the matrix, for whichever groups need it
     for group, cols in groups.items():
         if f"{group}inf" in refuses and cols:
-            bad = _too_large(mat, forest) & _columns(mat, cols)
-            yield "infinite or too large", bad, refuses[f"{group}inf"]
+            too_large = _too_large(mat, forest) if too_large is None else too_large
+            yield "infinite or too large", _within(too_large, cols), refuses[f"{group}inf"]
 
 
-def _columns(mat: Matrix, cols: list[int]) -> Any:
-    """A row mask ``[n_features]`` that is True in ``cols``, for broadcasting over ``mat``."""
-    keep = np.zeros(mat.shape[1], dtype=bool)
+def _within(bad: Any, cols: list[int]) -> Any:
+    """``bad`` cells ``[rows, n_features]`` kept in columns ``cols`` only (no copy when
+    those are every column, the common case)."""
+    if len(cols) == bad.shape[1]:
+        return bad
+    keep = np.zeros(bad.shape[1], dtype=bool)
     keep[cols] = True
-    return torch.from_numpy(keep).to(mat.device) if isinstance(mat, torch.Tensor) else keep
+    return bad & (torch.from_numpy(keep).to(bad.device) if isinstance(bad, torch.Tensor) else keep)
 
 
 def _too_large(mat: Matrix, forest: Forest) -> Any:

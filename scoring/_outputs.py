@@ -80,7 +80,8 @@ class OutputLayout:
             for classes, part in zip(forest.targets, _split(forest, values), strict=True):
                 cols += [*part.T, np.asarray(classes)[np.argmax(part, axis=1)]]
         elif self.task == "multilabel":
-            cols = [c for p in _by_row(values).T for c in (p, (p > 0.5).astype(np.int64))]
+            labels = predictions(forest, _by_row(values)).astype(np.int64).T
+            cols = [c for pair in zip(_by_row(values).T, labels, strict=True) for c in pair]
         elif forest.post_transform == "isolation":
             cols = [predictions(forest, _by_row(values))]
         else:

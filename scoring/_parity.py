@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from ._ir import SPLIT_CATEGORICAL, Forest
+from ._ir import REFUSABLE, SPLIT_CATEGORICAL, Forest
 from .errors import ScoringError
 
 __all__ = [
@@ -204,8 +204,8 @@ def leaf_rows(X: Any, forest: Forest) -> Any:
     float32 overflow) that leaf ids refuse and scores take (XGBoost's DMatrix refuses
     inf), else all of them."""
     refuses = forest.refuses
-    nan = "leaf_nan" in refuses and "nan" not in refuses
-    inf = any(f"leaf_{k}" in refuses and k not in refuses for k in ("inf", "categorical_inf"))
+    only_leaves = {k for k in REFUSABLE if f"leaf_{k}" in refuses and k not in refuses}
+    nan, inf = "nan" in only_leaves, bool(only_leaves - {"nan"})
     if not (nan or inf):
         return X
     frame = isinstance(X, pd.DataFrame)

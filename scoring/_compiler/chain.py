@@ -33,26 +33,26 @@ class ChainForest(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.empty((x.shape[0], len(self.targets)), dtype=torch.float64, device=x.device)
-        for target, (_, score, _) in zip(self.targets, self._walk(x), strict=True):
+        for target, (_, score) in zip(self.targets, self._walk(x), strict=True):
             out[:, target] = score
         return out
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
         """Every stage's leaf ids, stage after stage."""
         walked = zip(self.stages, self._walk(x), strict=True)
-        ids = [stage.leaf_ids(features) for stage, (features, _, _) in walked]  # type: ignore[operator]
+        ids = [stage.leaf_ids(features) for stage, (features, _) in walked]  # type: ignore[operator]
         return torch.cat(ids, dim=1)
 
-    def _walk(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Per stage: the features it read, what it reports, what it passes on."""
-        steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    def _walk(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per stage: the features it read and what it reports."""
+        steps: list[tuple[torch.Tensor, torch.Tensor]] = []
         passed: list[torch.Tensor] = []
         for stage, forest in zip(self.stages, self.forests, strict=True):
             features = torch.cat([x, *(p[:, None].to(x.dtype) for p in passed)], dim=1)
             value = transform(forest, stage(features)).to(torch.float64)
             score, label = _score_and_label(value, forest)
             passed.append(score if label is None else label)
-            steps.append((features, score, passed[-1]))
+            steps.append((features, score))
         return steps
 
 
