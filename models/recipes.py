@@ -26,6 +26,9 @@ class Recipe:
     missing: bool = True  # put NaN in the training data
     categorical: bool = False  # column 0 is an integer-coded category
     frame: bool = False  # train on a pandas DataFrame (named / category columns)
+    #: With ``frame``: column 0 holds text labels ("c0".."c11", some missing) rather than
+    #: a pandas category column, for a Pipeline's encoder.
+    text: bool = False
     params: dict[str, Any] = field(default_factory=dict)
     #: A scikit-learn meta-estimator the model is fitted through (see :func:`_wrapped`).
     wrapper: str = ""
@@ -63,7 +66,10 @@ def make_data(
     y = _target(recipe.task, signal, rng)
     if recipe.frame:
         frame = pd.DataFrame(X, columns=[f"feat_{i}" for i in range(f)])
-        if recipe.categorical:
+        if recipe.categorical and recipe.text:
+            frame["feat_0"] = np.array([f"c{c:.0f}" for c in X[:, 0]], dtype=object)
+            frame.loc[np.isnan(X[:, 0]), "feat_0"] = np.nan
+        elif recipe.categorical:
             frame["feat_0"] = pd.Categorical(X[:, 0])
         return frame, y
     return X, y
@@ -123,6 +129,8 @@ def _wrapped(r: Recipe, model: Any) -> Any:
         prep = ColumnTransformer([("fill", SimpleImputer(strategy="median"), [3, 1]),
                                   ("skip", "drop", [5])], remainder="passthrough")  # fmt: skip
         return pipeline.Pipeline([("prep", prep), ("model", model)])
+    if r.wrapper in ("OneHotPipeline", "OrdinalPipeline"):
+        return pipeline.Pipeline([("prep", _encoding_steps(r.wrapper)), ("model", model)])
     if r.wrapper == "Imputer":
         from sklearn.impute import SimpleImputer
 
@@ -133,6 +141,30 @@ def _wrapped(r: Recipe, model: Any) -> Any:
         extra = {"n_iter": 2, "random_state": 0} if r.wrapper.startswith("Randomized") else {}
         return search(model, grid, cv=2, **extra)
     return getattr(multioutput, r.wrapper)(model)
+
+
+def _encoding_steps(wrapper: str) -> Any:
+    """Text labels imputed then one-hot encoded (rare labels merged), a numeric column
+    ordinal-encoded (unseen: -1, missing: -2), one dropped, the rest passed through; or
+    text labels ordinal-encoded (unseen refused) then filled, the numbers imputed."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+
+    if wrapper == "OneHotPipeline":
+        text = Pipeline([("fill", SimpleImputer(strategy="most_frequent")),
+                         ("onehot", OneHotEncoder(handle_unknown="infrequent_if_exist",
+                                                  min_frequency=45))])  # fmt: skip
+        codes = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1,
+                               encoded_missing_value=-2)  # fmt: skip
+        parts = [("text", text, ["feat_0"]), ("codes", codes, ["feat_4"]),
+                 ("skip", "drop", ["feat_5"])]  # fmt: skip
+        return ColumnTransformer(parts, remainder="passthrough")
+    text = Pipeline([("codes", OrdinalEncoder()),
+                     ("fill", SimpleImputer(strategy="constant", fill_value=-1))])  # fmt: skip
+    numbers = ["feat_1", "feat_2", "feat_3", "feat_4", "feat_5"]
+    return ColumnTransformer([("text", text, ["feat_0"]), ("numbers", SimpleImputer(), numbers)])
 
 
 def _fit_xgboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
@@ -171,7 +203,8 @@ def _fit_catboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
     import catboost as cb
 
     params: dict[str, Any] = {"iterations": r.n_trees, "depth": r.depth, "random_seed": seed,
-                              "verbose": 0, "thread_count": 1, **r.params}  # fmt: skip
+                              "verbose": 0, "thread_count": 1, "allow_writing_files": False,
+                              **r.params}  # fmt: skip
     model = getattr(cb, r.estimator)(**params)
     if r.task == "ranking":
         return model.fit(X, y, group_id=np.repeat(np.arange(len(y) // 20 + 1), 20)[: len(y)])
@@ -206,6 +239,10 @@ SMALL_RECIPES: list[Recipe] = [
        wrapper="MultiOutputClassifier"),
     _r("sk_grid_rf", "sklearn", "RandomForestClassifier", "binary", wrapper="GridSearchCV"),
     _r("sk_pipe_rf", "sklearn", "RandomForestClassifier", "binary", wrapper="ImputingPipeline"),
+    _r("sk_pipe_onehot", "sklearn", "RandomForestClassifier", "multiclass", categorical=True,
+       frame=True, text=True, wrapper="OneHotPipeline"),
+    _r("sk_pipe_ordinal", "sklearn", "GradientBoostingRegressor", "regression", depth=3,
+       categorical=True, frame=True, text=True, wrapper="OrdinalPipeline"),
     _r("sk_chain_reg", "sklearn", "RandomForestRegressor", "multi_regression", missing=False,
        wrapper="RegressorChain"),
     _r("sk_chain_clf", "sklearn", "ExtraTreesClassifier", "multilabel", missing=False,

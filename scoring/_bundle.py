@@ -77,8 +77,13 @@ class ModelSchema(BaseModel):
 
 
 def _plain(values: Any) -> list[Any]:
-    """numpy labels -> JSON-able Python values."""
-    return np.asarray(values).tolist() if values is not None else []
+    """numpy labels -> Python values; a list of mixed labels keeps each as it is (text
+    next to NaN stays text, where one array would make NaN the text "nan")."""
+    if values is None:
+        return []
+    if isinstance(values, list):
+        return [v.item() if isinstance(v, np.generic) else v for v in values]
+    return np.asarray(values).tolist()
 
 
 def schema_of(forest: Forest) -> ModelSchema:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import torch
 
 from ._ir import Forest
+from ._labels import encode_labels
 from .errors import (
     FeatureCountError,
     InputError,
@@ -129,6 +130,9 @@ def _from_numpy(X: Any, forest: Forest) -> np.ndarray:
     if arr.ndim != 2:
         raise InputError(f"expected a 2-D array of rows, got {arr.ndim} dimension(s)")
     _check_count(arr.shape[1], forest)
+    if forest.encoded:  # a Pipeline's encoder reads labels: column by column
+        columns = [_values_as_float(arr[:, j], j, forest) for j in range(arr.shape[1])]
+        return _from_columns(columns, forest)
     if arr.dtype.kind not in "fiub":
         for j in range(arr.shape[1]):
             _column_as_float(arr[:, j], j, forest)  # raises naming the first bad column
@@ -146,10 +150,10 @@ def _from_torch(X: torch.Tensor, forest: Forest) -> torch.Tensor:
     _check_count(X.shape[1], forest)
     keep64 = X.dtype == torch.float64 and forest.input_dtype == "float64"
     out = X.to(torch.float64 if keep64 else torch.float32).clone()
-    if forest.recode_categories and forest.categories:
+    if (forest.recode_categories and forest.categories) or forest.encoded:
         host = out.cpu().numpy()
         for j in forest.categories:
-            host[:, j] = _recode_numeric(host[:, j].astype(np.float64), forest.categories[j])
+            host[:, j] = _values_as_float(host[:, j], j, forest)
         out = torch.from_numpy(host).to(X.device)
     return out
 
@@ -168,6 +172,9 @@ def _pandas_columns(df: pd.DataFrame, forest: Forest) -> list[np.ndarray]:
 
 
 def _series_as_float(series: pd.Series, j: int, forest: Forest) -> np.ndarray:
+    if j in forest.encoded:  # labels as they are: NaN and None apart, as the encoder reads
+        values = series.to_numpy() if series.dtype.kind in "fiub" else series.to_numpy(object)
+        return _values_as_float(values, j, forest)
     if isinstance(series.dtype, pd.CategoricalDtype):
         labels = forest.categories.get(j)
         if labels is not None and forest.reject_unknown_categories:
@@ -193,6 +200,10 @@ def _arrow_columns(table: pa.Table | pa.RecordBatch, forest: Forest) -> list[np.
         col = table.column(key)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
+        if j in forest.encoded:  # labels as pandas gives them: nulls None (text), NaN
+            plain = col.dictionary_decode() if pa.types.is_dictionary(col.type) else col
+            cols.append(_values_as_float(plain.to_numpy(zero_copy_only=False), j, forest))
+            continue
         if pa.types.is_dictionary(col.type) and j in forest.categories:
             cols.append(_series_as_float(pd.Series(col.to_pandas()), j, forest))
             continue  # labels -> the model's codes, as for pandas categories
@@ -216,6 +227,15 @@ def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
     target = _target_dtype([c.dtype for c in cols], forest)
     with np.errstate(over="ignore"):  # past float32's range is inf, as native reads it
         return np.column_stack([c.astype(target, copy=False) for c in cols])
+
+
+def _values_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
+    """One column of any dtype: an encoder's labels, else numbers or category labels."""
+    if j in forest.encoded:
+        return encode_labels(values, j, forest, _labels(forest)[j])
+    if values.dtype.kind in "fiub":
+        return _maybe_recode(values, j, forest)
+    return _column_as_float(values, j, forest)
 
 
 def _column_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:

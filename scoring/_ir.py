@@ -12,6 +12,9 @@ of XGBoost, LightGBM or scikit-learn:
 * Categorical: ``c`` is truncated to an integer; if it is a valid category
   (``0 <= c < 32 * words`` and in the known bitset) it goes left iff its bit is set in
   the left bitset; otherwise it takes :attr:`Tree.cat_unknown_left`.
+* Encoded (:attr:`Forest.encoded`, a Pipeline's encoder): the input value is a label,
+  matched exactly against :attr:`Forest.categories` to its code; any other value reads as
+  code -1 (the unknown branch of every split) or is refused with the encoder's reason.
 * Leaves carry a value vector of length :attr:`Forest.n_outputs`; the model output is
   ``base_score`` plus each tree's leaf value, added one tree at a time in tree order
   and rounded to :attr:`Forest.accumulate_dtype` after each addition, as the frameworks
@@ -145,6 +148,12 @@ class Forest:
     fill_missing: dict[int, float] = field(default_factory=dict)
     #: Input columns a Pipeline drops before the model: whatever they hold is accepted.
     dropped: list[int] = field(default_factory=list)
+    #: Input columns a Pipeline's OrdinalEncoder or OneHotEncoder reads (also in
+    #: :attr:`categorical_features`): their values are labels, matched exactly against
+    #: :attr:`categories` (NaN, None and +-inf are labels where the encoder answers them);
+    #: any other value reads as code -1.  Per column, what the encoder refuses: a kind
+    #: ("unknown", "nan", "none", "inf", "-inf") -> its reason.
+    encoded: dict[int, dict[str, str]] = field(default_factory=dict)
     #: A chain (scikit-learn's RegressorChain/ClassifierChain): one Forest per target,
     #: run in order, each reading the input columns and then what the ones before it
     #: predicted (labels for classifiers); :attr:`trees` holds all of theirs, in order.
@@ -186,9 +195,11 @@ class Forest:
 
     def column_groups(self) -> dict[str, list[int]]:
         """Input columns by what native may treat differently: numeric, categorical, and
-        filled by a Pipeline's imputer."""
-        categorical, filled = set(self.categorical_features), set(self.fill_missing)
-        unread = categorical | filled | set(self.dropped)
+        filled by a Pipeline's imputer (a Pipeline's encoded columns are in none: what
+        their encoder refuses is :attr:`encoded`)."""
+        categorical = set(self.categorical_features) - set(self.encoded)
+        filled = set(self.fill_missing)
+        unread = set(self.categorical_features) | filled | set(self.dropped)
         numeric = [j for j in range(self.n_features) if j not in unread]
         return {"": numeric, "categorical_": sorted(categorical), "filled_": sorted(filled)}
 

@@ -30,7 +30,7 @@ from ._compiler import fused_pays
 from ._frameworks import dump_model, import_model, model_object
 from ._inputs import prepare
 from ._ir import Forest
-from ._parity import probe_rows
+from ._parity import as_frame, probe_rows
 from .errors import CompileError
 
 __all__ = ["BACKENDS", "CompiledModel", "compile_imported", "compile_model", "resolve_device"]
@@ -199,11 +199,15 @@ def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend,
     compiles) and keep the fastest; timings are keyed ``native`` or ``tensor:<strategy>``."""
     rows = probe_rows(forest, n_rows=4096, special=False)
     rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
+    # Backends take validated matrices, where an encoded column holds codes; the native
+    # predictor reads what the user passed, where it holds labels.
+    labelled = as_frame(rows, forest) if forest.encoded else rows
     timings = {}
     for impl in candidates:
-        impl.predict_raw(rows[:64])
+        X = labelled if isinstance(impl, NativeBackend) else rows
+        impl.predict_raw(X[:64])
         start = time.perf_counter()
-        impl.predict_raw(rows)
+        impl.predict_raw(X)
         timings[_selection_key(impl)] = time.perf_counter() - start
     best = min(candidates, key=lambda impl: timings[_selection_key(impl)])
     return best, timings

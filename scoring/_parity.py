@@ -33,6 +33,7 @@ __all__ = [
     "TOLERANCE",
     "Predictor",
     "Verification",
+    "as_frame",
     "feature_candidates",
     "leaf_rows",
     "max_error",
@@ -130,27 +131,55 @@ def probe_frame(forest: Forest, *, n_rows: int = PROBE_ROWS) -> Any:
     rows = probe_rows(forest, n_rows=n_rows)
     if not forest.feature_names and not forest.categories:
         return rows
+    return as_frame(rows, forest)
+
+
+def as_frame(rows: np.ndarray, forest: Forest) -> pd.DataFrame:
+    """Float rows, with category codes in categorical columns, as a frame the model
+    reads: category columns, or for a Pipeline's encoder its labels as they are (an
+    unknown code becomes a label never seen, or where the encoder refuses those, its
+    first label)."""
     names = forest.feature_names or [f"f{i}" for i in range(forest.n_features)]
     frame = pd.DataFrame(rows, columns=names)
     for index, labels in forest.categories.items():
-        frame[names[index]] = _categorical(rows[:, index], list(labels), forest)
+        make = _encoder_labels if index in forest.encoded else _categorical
+        frame[names[index]] = make(rows[:, index], list(labels), forest.encoded.get(index, {}),
+                                   reject=forest.reject_unknown_categories)  # fmt: skip
     return frame
 
 
-def _categorical(codes: np.ndarray, known: list[Any], forest: Forest) -> pd.Categorical:
-    unseen = None if forest.reject_unknown_categories else _unseen_label(known)
-    valid = np.isfinite(codes) & (codes >= 0) & (codes < len(known))
+def _encoder_labels(
+    codes: np.ndarray, known: list[Any], refused: dict[str, str], *, reject: bool
+) -> np.ndarray:
+    unseen = known[0] if "unknown" in refused else _unseen_label(known)
+    missing = known[0] if "nan" in refused else np.nan
+    values = [
+        known[int(c)] if ok else (missing if np.isnan(c) else unseen)
+        for c, ok in zip(codes, _valid(codes, known), strict=True)
+    ]
+    return np.array(values, dtype=object)
+
+
+def _categorical(
+    codes: np.ndarray, known: list[Any], refused: dict[str, str], *, reject: bool
+) -> pd.Categorical:
+    unseen = None if reject else _unseen_label(known)
     values = [
         known[int(c)] if ok else (np.nan if np.isnan(c) else unseen)
-        for c, ok in zip(codes, valid, strict=True)
+        for c, ok in zip(codes, _valid(codes, known), strict=True)
     ]
     return pd.Categorical(values, categories=known if unseen is None else [*known, unseen])
 
 
+def _valid(codes: np.ndarray, known: list[Any]) -> np.ndarray:
+    return np.isfinite(codes) & (codes >= 0) & (codes < len(known)) & (codes == np.trunc(codes))
+
+
 def _unseen_label(known: list[Any]) -> Any:
-    if all(isinstance(v, str) for v in known):
+    if any(isinstance(v, str) for v in known):
         return "__unseen__"
-    return max((float(v) for v in known), default=0.0) + 1000.0
+    numbers = [float(v) for v in known if isinstance(v, (int, float)) and np.isfinite(v)]
+    return max(numbers, default=0.0) + 1000.0
 
 
 # -- the metric -------------------------------------------------------------------------

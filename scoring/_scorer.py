@@ -73,7 +73,7 @@ class Scorer:
         their labels (pandas writes non-string categories as plain values)."""
         if self.forest.recode_categories or not self.names:
             return []  # raw values are recoded by prepare() already
-        return [self.names[j] for j in self.forest.categories]
+        return [self.names[j] for j in self.forest.categories if j not in self.forest.encoded]
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Refuse, before anything is written, a schema the model cannot read."""

@@ -8,13 +8,13 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from models import SMALL_RECIPES, Recipe
 from scoring._backends.native import NativeBackend
 from scoring._frameworks import import_model, model_object
 from scoring._ir import Forest
+from scoring._parity import as_frame
 
 warnings.filterwarnings("ignore", category=UserWarning)
 # No background package builders (scoring/_compiler/packages.py) for every fused model
@@ -34,27 +34,9 @@ def built(name: str) -> tuple[Any, Forest, NativeBackend]:
 
 
 def as_model_input(recipe: Recipe, rows: np.ndarray, forest: Forest) -> Any:
-    """Rows as the model was trained: a frame with category columns for frame recipes.
-
-    A categorical code that is not a known category becomes an unseen label (999.0).
-    """
-    if not recipe.frame:
-        return rows
-    frame = pd.DataFrame(rows, columns=[f"feat_{i}" for i in range(rows.shape[1])])
-    if recipe.categorical:
-        labels = [float(v) for v in forest.categories.get(0, [])]
-        frame["feat_0"] = pd.Categorical(
-            [_label(v, labels) for v in rows[:, 0]], categories=[*labels, 999.0]
-        )
-    return frame
-
-
-def _label(code: float, labels: list[float]) -> float:
-    if np.isnan(code):
-        return np.nan
-    if code >= 0 and float(code).is_integer() and int(code) < len(labels):
-        return labels[int(code)]
-    return 999.0
+    """Rows as the model was trained: for frame recipes a frame with category columns
+    (or an encoder's labels), an unknown code becoming a label never seen."""
+    return as_frame(rows, forest) if recipe.frame else rows
 
 
 @pytest.fixture(params=sorted(RECIPES))

@@ -4,7 +4,8 @@ Each recipe's model is asked, the way its users call it (scikit-learn ``predict_
 or ``predict``, ``decision_function``, XGBoost's ``Booster.inplace_predict``, LightGBM's
 ``Booster.predict``; leaf ids through ``apply`` / ``pred_leaf``), to score rows holding
 +-inf, float64 values past float32's range, NaN and, in integer-coded categorical
-columns, negative, fractional, unseen and huge category codes.  The product, on the
+columns, negative, fractional, unseen and huge category codes; in a column of text
+labels a Pipeline's encoder reads, unseen labels, None, NaN, inf and numbers.  The product, on the
 tensor and the native backends, must make the same decision: refuse (with native's
 reason in its one-line error) what native refuses, and score what native scores with
 the same outputs.
@@ -12,6 +13,7 @@ the same outputs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +33,11 @@ from .conftest import RECIPES, built
 NUMERIC = {"inf": np.inf, "-inf": -np.inf, "1e39": 1e39, "-1e39": -1e39, "nan": np.nan}
 CATEGORY = {"-1": -1.0, "-0.5": -0.5, "12.5": 12.5, "1000": 1000.0, "3e9": 3e9,
             "1e20": 1e20, "inf": np.inf, "-inf": -np.inf, "nan": np.nan}  # fmt: skip
+
+
+#: In a column of text labels: unseen, missing two ways, numbers, and a known label.
+LABELS = {"unseen": "zzz", "None": None, "nan": np.nan, "inf": np.inf, "-inf": -np.inf,
+          "1e39": 1e39, "3.0": 3.0, "c3": "c3"}  # fmt: skip
 
 
 Call = Callable[[Any], Any]
@@ -71,6 +78,8 @@ def cases(name: str) -> list[tuple[int, str, float]]:
     found = [(1, label, value) for label, value in NUMERIC.items()]  # column 1 is numeric
     if recipe.categorical and not recipe.frame:  # column 0 holds category codes
         found += [(0, f"category {label}", value) for label, value in CATEGORY.items()]
+    if recipe.text:  # column 0 holds an encoder's text labels
+        found += [(0, f"label {label!r}", value) for label, value in LABELS.items()]
     return found
 
 
@@ -102,8 +111,10 @@ def decision(
 def assert_same_decision(ours: Any, native: Any, what: str, *, reason: bool = True) -> None:
     if isinstance(native, str):
         assert isinstance(ours, str), f"{what}: native refuses ({native}), we scored"
-        # native's own words, less XGBoost's log prefix, are in our one line
-        assert not reason or native.split("Check failed: valid: ")[-1][-40:] in ours, (ours, native)
+        # native's own words, less XGBoost's log prefix (and the values an encoder
+        # quotes: ours lists them apart), are in our one line
+        words = re.sub(r"^(Found unknown categories) \[.*?\]", r"\1", native)
+        assert not reason or words.split("Check failed: valid: ")[-1][-40:] in ours, (ours, native)
     else:
         assert not isinstance(ours, str), f"{what}: native scores, we refuse: {ours}"
         if native is not None:
@@ -119,7 +130,10 @@ def two_reasons(native_call: Call, X: Any, label: str) -> bool:
     if label not in ("1e39", "-1e39"):
         return False
     as_inf = X.copy()
-    as_inf[np.abs(np.asarray(as_inf, dtype=np.float64)) > 3.5e38] = np.inf
+    numbers = as_inf.select_dtypes("number") if isinstance(X, pd.DataFrame) else as_inf
+    numbers[np.abs(np.asarray(numbers, dtype=np.float64)) > 3.5e38] = np.inf
+    if isinstance(X, pd.DataFrame):
+        as_inf[numbers.columns] = numbers
     refused, refused_as_inf = decision(native_call, X), decision(native_call, as_inf)
     return (
         isinstance(refused, str) and isinstance(refused_as_inf, str) and (refused != refused_as_inf)

@@ -54,7 +54,9 @@ def test_an_xgboost_json_file_is_still_xgboosts(tmp_path: Path) -> None:
 def test_a_categorical_feature_is_refused_by_name() -> None:
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({"region": rng.choice(["eu", "us"], 200), "x": rng.normal(size=200)})
-    model = cb.CatBoostClassifier(iterations=3, depth=2, verbose=0, cat_features=["region"])
+    model = cb.CatBoostClassifier(
+        iterations=3, depth=2, verbose=0, allow_writing_files=False, cat_features=["region"]
+    )
     model.fit(frame, (frame["x"] > 0).astype(int))
     with pytest.raises(UnsupportedModelError, match="categorical feature 'region'"):
         scoring.compile(model, backend="tensor", device="cpu")

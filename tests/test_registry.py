@@ -207,7 +207,7 @@ def test_concurrent_registrations_take_distinct_numbers(tmp_path: Path) -> None:
     assert [mv.version for mv in scoring.Registry(root).versions("shared")] == list(range(1, 9))
 
 
-@pytest.mark.parametrize("name", ["xgb_clf", "lgb_reg", "sk_rf_clf"])
+@pytest.mark.parametrize("name", ["xgb_clf", "lgb_reg", "sk_rf_clf", "sk_pipe_onehot"])
 def test_identical_bytes_registered_again_stand_alone(
     registry: scoring.Registry, name: str
 ) -> None:

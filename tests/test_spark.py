@@ -38,7 +38,8 @@ def spark() -> Any:
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> scoring.Registry:
     reg = scoring.Registry(tmp_path_factory.mktemp("reg"))
-    for name in ("xgb_clf", "lgb_cat_frame", "xgb_multi", "sk_et_multi_clf", "sk_rf_multi_reg"):
+    for name in ("xgb_clf", "lgb_cat_frame", "xgb_multi", "sk_et_multi_clf", "sk_rf_multi_reg",
+                 "sk_pipe_onehot"):  # fmt: skip
         reg.register(name, model_frame(name, rows=10)[0])
     return reg
 
@@ -103,6 +104,18 @@ def test_a_model_of_several_targets_gives_one_array_per_row(spark: Any, registry
         np.testing.assert_array_equal(
             np.stack(out["v"]), np.column_stack([ref[k] for k in targets])
         )
+
+
+def test_a_pipeline_encoding_text_labels_scores_them_from_sql(spark: Any, registry: Any) -> None:
+    from scoring.spark import register_udf
+
+    _, X = model_frame("sk_pipe_onehot", rows=1000)
+    X["feat_0"] = X["feat_0"].where(X["feat_0"].notna(), None)  # Spark's nulls: None
+    rows_in = X.assign(id=np.arange(len(X)))
+    spark.createDataFrame(rows_in).createOrReplaceTempView("labelled")
+    register_udf(spark, "score_labels", "sk_pipe_onehot@1", output="all", registry=registry)
+    out = spark.sql("SELECT id, score_labels(struct(*)) AS s FROM labelled ORDER BY id")
+    assert_native_parity(out.select("s.*").toPandas(), "sk_pipe_onehot", X)
 
 
 def test_missing_feature_is_named(spark: Any, registry: Any) -> None:

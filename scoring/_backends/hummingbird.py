@@ -54,6 +54,11 @@ class HummingbirdBackend:
             raise UnsupportedModelError(
                 f"hummingbird has no converter for {forest.model_kind}; use backend='tensor'"
             )
+        if forest.encoded:
+            raise UnsupportedModelError(
+                f"hummingbird cannot read the labels a Pipeline's encoder reads before "
+                f"{forest.model_kind}; use backend='tensor'"
+            )
         if forest.multi_target:
             raise UnsupportedModelError(
                 f"hummingbird cannot score {forest.model_kind} of several targets; use "

@@ -52,7 +52,7 @@ class NativeBackend:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         X: Any = mat
         if self.forest.categorical_features:
-            X = _native_frame(features)  # categories go to the framework as labels
+            X = _native_frame(features, self.forest)  # categories go to the framework as labels
         elif self.names:  # numbers only: the validated matrix, named without copies
             X = pd.DataFrame(mat, columns=self.names, copy=False)
         classifier = self.forest.task in ("binary", "multiclass", "multioutput", "multilabel")
@@ -74,13 +74,16 @@ class NativeBackend:
         return self.predictor.predict_leaf(X)
 
 
-def _native_frame(features: pa.Table) -> pd.DataFrame:
+def _native_frame(features: pa.Table, forest: Forest) -> pd.DataFrame:
     """What the frameworks read: floats (ints, bools, decimals cast; nulls as NaN) and
-    pandas categories for dictionary columns."""
+    pandas categories for dictionary columns; a Pipeline's encoder reads its columns'
+    values as they are (text with None for nulls)."""
     columns = {}
-    for name, col in zip(features.schema.names, features.columns, strict=True):
+    for j, (name, col) in enumerate(zip(features.schema.names, features.columns, strict=True)):
         typ = col.type
-        if not (pa.types.is_dictionary(typ) or pa.types.is_floating(typ)):
+        if j in forest.encoded:
+            col = pc.cast(col, typ.value_type) if pa.types.is_dictionary(typ) else col
+        elif not (pa.types.is_dictionary(typ) or pa.types.is_floating(typ)):
             col = pc.cast(col, pa.float64())
         columns[name] = col
     return pa.table(columns).to_pandas()

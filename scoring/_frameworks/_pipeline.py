@@ -1,12 +1,17 @@
-"""A scikit-learn ``Pipeline`` whose earlier steps pick columns and fill missing values,
-ending in a scikit-learn tree model: compiled into the model itself.
+"""A scikit-learn ``Pipeline`` whose earlier steps pick columns, fill missing values and
+encode categories, ending in a scikit-learn tree model: compiled into the model itself.
 
-The steps are followed column by column: each column the final model reads is an input
-column, perhaps with the value a ``SimpleImputer`` fills its missing values with.  So
-``ColumnTransformer`` (passthrough, drop, imputers; any remainder of those) costs
-nothing at scoring time (the trees' feature indices are rewritten to input columns), and
-an imputer is one ``where`` per filled column before the trees
-(:attr:`~scoring._ir.Forest.fill_missing`).  Any other step is refused, naming it.
+The steps are followed column by column: each column the final model reads is computed
+from one input column (:class:`._encoders.Column`).  So ``ColumnTransformer``
+(passthrough, drop, and the steps below, nested Pipelines too) costs nothing at scoring
+time: the trees' feature indices are rewritten to input columns.  A ``SimpleImputer``
+is one ``where`` per filled column before the trees (:attr:`~scoring._ir.Forest.fill_missing`),
+or, before or after an encoder, part of the encoding.  An ``OrdinalEncoder`` or
+``OneHotEncoder`` output column is a value per label of its input column
+(:mod:`._encoders`), so a split on it is a categorical split on the input column: the
+labels whose value goes left form its bitset, and a label the encoder never saw takes
+the side its unknown value goes (:attr:`~scoring._ir.Forest.encoded`).  Any other step
+is refused, naming it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from .._ir import Forest
+from .._ir import SPLIT_CATEGORICAL, Forest, Tree
 from ..errors import UnsupportedModelError
+from ._common import bitset_words
+from ._encoders import ENCODERS, Column, Encoding, encoded_columns
 
-__all__ = ["import_pipeline", "pipeline_supported"]
-
-#: A column the final model reads: its input column, and its fill for missing values.
-_Column = tuple[int, float | None]
+__all__ = ["import_pipeline", "pipeline_input", "pipeline_supported"]
 
 
 def pipeline_supported(model: Any) -> bool:
@@ -39,7 +44,7 @@ def import_pipeline(model: Any, import_final: Callable[[Any], Forest]) -> Forest
             f"a Pipeline before {forest.model_kind} with categorical features is not "
             "supported: pass the final estimator and its own input"
         )
-    columns: list[_Column] = [(j, None) for j in range(int(model.n_features_in_))]
+    columns = [Column(j) for j in range(int(model.n_features_in_))]
     for name, step in model.steps[:-1]:
         columns = _through(name, step, columns)
     if len(columns) != forest.n_features:
@@ -50,15 +55,44 @@ def import_pipeline(model: Any, import_final: Callable[[Any], Forest]) -> Forest
     return _rewired(forest, columns, int(model.n_features_in_))
 
 
-def _through(name: str, step: Any, columns: list[_Column]) -> list[_Column]:
+def pipeline_input(model: Any, forest: Forest) -> Callable[[np.ndarray], Any]:
+    """Float rows ``[n, n_features]`` as the Pipeline reads them, for asking it what it
+    refuses: a frame when it was fitted on one, an encoded column's first label where
+    the row holds 0 (its other values, NaN or inf, are what is asked)."""
+    names = getattr(model, "feature_names_in_", None)
+
+    def rows(X: np.ndarray) -> Any:
+        cols: list[Any] = []
+        for j in range(X.shape[1]):
+            labels = forest.categories.get(j) if j in forest.encoded else None
+            if labels is None:
+                cols.append(X[:, j])
+                continue
+            column = np.array(X[:, j], dtype=object)
+            column[X[:, j] == 0] = labels[0]
+            cols.append(column)
+        if names is not None:
+            return pd.DataFrame({str(n): c for n, c in zip(names, cols, strict=True)})
+        return np.column_stack(cols)
+
+    return rows
+
+
+def _through(name: str, step: Any, columns: list[Column]) -> list[Column]:
     """The columns after ``step``."""
     kind = type(step).__name__
     if step is None or step == "passthrough" or _identity(step):
         return columns
     if kind == "SimpleImputer":
         return _imputed(name, step, columns)
+    if kind in ENCODERS:
+        return encoded_columns(name, step, columns)
+    if kind == "Pipeline":  # inside a ColumnTransformer
+        for inner, part in step.steps:
+            columns = _through(f"{name}.{inner}", part, columns)
+        return columns
     if kind == "ColumnTransformer":
-        out: list[_Column] = []
+        out: list[Column] = []
         for part, transformer, _ in step.transformers_:
             if transformer == "drop":
                 continue
@@ -67,8 +101,9 @@ def _through(name: str, step: Any, columns: list[_Column]) -> list[_Column]:
         return out
     raise UnsupportedModelError(
         f"Pipeline step {name!r} ({kind}) is not supported: only column selection "
-        "(ColumnTransformer with passthrough/drop) and SimpleImputer compile; apply the step "
-        "to the data before scoring, or pass the final estimator"
+        "(ColumnTransformer with passthrough/drop), SimpleImputer, OrdinalEncoder and "
+        "OneHotEncoder compile; apply the step to the data before scoring, or pass the "
+        "final estimator"
     )
 
 
@@ -77,41 +112,89 @@ def _identity(step: Any) -> bool:
     return type(step).__name__ == "FunctionTransformer" and step.func is None
 
 
-def _imputed(name: str, imputer: Any, columns: list[_Column]) -> list[_Column]:
-    """SimpleImputer fills NaN with its statistics and drops the columns it could not fill
-    (all missing when fitted); a column filled before has no missing value left."""
+def _imputed(name: str, imputer: Any, columns: list[Column]) -> list[Column]:
+    """SimpleImputer fills NaN (not None) with its statistics and drops the columns it
+    could not fill (all missing when fitted); a column filled before has no missing
+    value left, and an encoded one has its NaN values filled."""
     missing = imputer.missing_values
     if not (isinstance(missing, float) and np.isnan(missing)) or imputer.add_indicator:
         raise UnsupportedModelError(
             f"Pipeline step {name!r}: only a SimpleImputer of NaN without add_indicator compiles"
         )
-    stats = np.asarray(imputer.statistics_, dtype=np.float64)
-    keep = ~np.isnan(stats) | bool(getattr(imputer, "keep_empty_features", False))
-    return [(source, float(stats[i]) if fill is None else fill)
-            for i, (source, fill) in enumerate(columns) if keep[i]]  # fmt: skip
+    stats = np.asarray(imputer.statistics_).tolist()
+    keep_empty = bool(getattr(imputer, "keep_empty_features", False))
+    out = []
+    for column, fill in zip(columns, stats, strict=True):
+        if pd.isna(fill) and not keep_empty:
+            continue
+        if column.encoding is not None:
+            out.append(replace(column, encoding=column.encoding.filled(float(fill))))
+        else:
+            out.append(column if column.fill is not None else replace(column, fill=fill))
+    return out
 
 
-def _rewired(forest: Forest, columns: list[_Column], n_inputs: int) -> Forest:
-    """``forest`` reading input columns: tree features rewritten, fills per column."""
-    fills: dict[int, float | None] = {}
-    for source, fill in columns:
-        if fills.setdefault(source, fill) != fill:
+def _rewired(forest: Forest, columns: list[Column], n_inputs: int) -> Forest:
+    """``forest`` reading input columns: tree features rewritten, encoded columns' splits
+    made categorical, fills and encodings per input column."""
+    readings: dict[int, Any] = {}
+    for column in columns:
+        reading = column.encoding.reads if column.encoding else ("as is", column.fill)
+        if readings.setdefault(column.source, reading) != reading:
             raise UnsupportedModelError(
-                f"the Pipeline reads input column {source} both as it is and filled: not supported"
+                f"the Pipeline reads input column {column.source} in two ways (as it is, "
+                "filled or encoded): not supported"
             )
-    sources = np.array([source for source, _ in columns], dtype=np.int64)
-    trees = []
-    for tree in forest.trees:
-        inner = tree.feature >= 0
-        feature = np.where(inner, sources[np.maximum(tree.feature, 0)], -1).astype(np.int32)
-        trees.append(replace(tree, feature=feature))
+    encodings = {c.source: c.encoding for c in columns if c.encoding is not None}
+
+    def rewire(f: Forest) -> Forest:
+        trees = [_tree(t, columns, n_inputs, f.input_dtype) for t in f.trees]
+        return replace(f, trees=trees, n_features=n_inputs + f.n_features - len(columns))
+
     return replace(
-        forest,
-        trees=trees,
-        n_features=n_inputs,
-        fill_missing={j: v for j, v in fills.items() if v is not None},
-        dropped=[j for j in range(n_inputs) if j not in fills],
+        rewire(forest),
+        stages=[rewire(stage) for stage in forest.stages],  # a chain: each stage's trees
+        fill_missing={c.source: float(c.fill) for c in columns if c.fill is not None},
+        dropped=[j for j in range(n_inputs) if j not in readings],
+        categorical_features=sorted(encodings),
+        categories={j: list(e.labels) for j, e in encodings.items()},
+        encoded={j: dict(e.refused) for j, e in encodings.items()},
     )
+
+
+def _tree(tree: Tree, columns: list[Column], n_inputs: int, input_dtype: str) -> Tree:
+    """One tree reading input columns.  Features past the steps' columns are a chain's
+    earlier predictions, which follow the input columns."""
+    inner = tree.feature >= 0
+    f = np.maximum(tree.feature, 0)
+    sources = np.array([c.source for c in columns], dtype=np.int64)
+    past = f >= len(columns)
+    feature = np.where(past, n_inputs + f - len(columns), sources[np.minimum(f, len(columns) - 1)])
+    tree = replace(tree, feature=np.where(inner, feature, -1).astype(np.int32))
+    encoded = [int(n) for n in np.flatnonzero(inner & ~past) if columns[f[n]].encoding]
+    if not encoded:
+        return tree
+    split_kind, unknown_left = tree.split_kind.copy(), np.zeros(len(tree.feature), bool)
+    cat_left, cat_known = dict(tree.cat_left), dict(tree.cat_known)
+    for node in encoded:
+        encoding = columns[f[node]].encoding
+        assert encoding is not None
+        default = bool(tree.default_left[node])
+        goes = _goes_left(encoding, tree.threshold[node], default, input_dtype)
+        n_words = len(encoding.labels) // 32 + 1
+        cat_left[node] = bitset_words(np.flatnonzero(goes[:-1]), n_words)
+        cat_known[node] = bitset_words(range(len(encoding.labels)), n_words)
+        unknown_left[node] = goes[-1]
+        split_kind[node] = SPLIT_CATEGORICAL
+    return replace(tree, split_kind=split_kind, cat_left=cat_left, cat_known=cat_known,
+                   cat_unknown_left=unknown_left)  # fmt: skip
+
+
+def _goes_left(encoding: Encoding, threshold: float, default_left: bool, dtype: str) -> np.ndarray:
+    """Where each label's value, then the unknown value, goes at a numeric split, read at
+    the final model's precision (NaN: the split's default side)."""
+    values = np.append(encoding.values, encoding.unknown).astype(dtype).astype(np.float64)
+    return np.where(np.isnan(values), default_left, values <= threshold)
 
 
 def _module(obj: Any) -> str:

@@ -22,7 +22,7 @@ from .._ir import Forest, Tree, largest_float32_at_most
 from .._outputs import squeeze
 from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
 from ._common import numeric_tree, probe_refusals
-from ._pipeline import import_pipeline
+from ._pipeline import import_pipeline, pipeline_input
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
 from ._wrappers import (
@@ -66,10 +66,9 @@ def import_sklearn(model: Any) -> Forest:
     else:
         raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
     forest.feature_names = _feature_names(model)
-    leaves = (
-        (lambda row: _leaves(model, row.astype(np.float32))) if _reports_leaves(model) else None
-    )
-    forest.refuses = probe_refusals(forest, model.predict, leaves)
+    rows = pipeline_input(model, forest) if kind == "Pipeline" else (lambda row: row)
+    leaves = (lambda row: _leaves(model, rows(row))) if _reports_leaves(model) else None
+    forest.refuses = probe_refusals(forest, lambda row: model.predict(rows(row)), leaves)
     return forest
 
 
@@ -256,10 +255,12 @@ def _chain_leaves(chain: Any, X: np.ndarray) -> np.ndarray:
 
 
 def _leaves(model: Any, X: np.ndarray) -> np.ndarray:
+    if type(model).__name__ == "Pipeline":  # its final model's leaves, of the steps' output
+        steps = model[:-1].transform(X)  # X as the Pipeline reads it: labels too
+        return _leaves(model.steps[-1][1], steps.toarray() if hasattr(steps, "toarray") else steps)
+    X = np.asarray(X, dtype=np.float32)
     if type(model).__name__ in CHAIN_KINDS:
         return _chain_leaves(model, X)
-    if type(model).__name__ == "Pipeline":  # its final model's leaves, of the steps' output
-        return _leaves(model.steps[-1][1], np.asarray(model[:-1].transform(X), np.float32))
     if type(model).__name__ in MULTI_OUTPUT_KINDS:  # each target's trees, in target order
         return np.hstack([_leaves(e, X) for e in model.estimators_])
     if type(model).__name__ == "IsolationForest":  # it accepts inf: read leaves as it does
@@ -304,7 +305,7 @@ class SklearnNative(NativeModel):
     def predict_leaf(self, X: Any) -> np.ndarray:
         if not _reports_leaves(self.model):
             raise InputError(f"{self.forest.model_kind} does not report leaves")
-        return _leaves(self.model, np.asarray(native_input(X), dtype=np.float32))
+        return _leaves(self.model, native_input(X))
 
 
 class Sklearn(Framework):
