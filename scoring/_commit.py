@@ -16,6 +16,11 @@ with its recorded size (and, with ``verify``, its recorded sha256); otherwise th
 manifest's intact files count as done (as journal entries do) and only the others are
 scored again.
 
+Other processes (Ray actors, Spark executors, a killed run's) write here too, so every
+decision read from the output (:meth:`Committer.check_target`, :meth:`~Committer.completed`,
+the publishes) starts from fresh listings: an object store's filesystem (s3fs) caches
+listings per process, and one filled while planning would hide what the workers wrote.
+
 The Spark engine writes through Spark's own committer instead, into
 ``_temporary/_engine/`` (``part-*`` files, Spark's ``_SUCCESS`` turned off; its overwrite
 mode clears that folder only, so the output's lease stays), and then
@@ -137,6 +142,7 @@ class Committer:
     def check_target(self, fragments: list[Fragment]) -> bool:
         """True when the output already holds this exact job, complete; raise when the
         output holds something else this run must not overwrite."""
+        self._forget_listings()
         previous = self.previous_manifest()
         if previous is not None:
             same = previous.get("job_key") == self.job_key and sorted(
@@ -190,6 +196,10 @@ class Committer:
                 digest.update(chunk)
         return digest.hexdigest()
 
+    def _forget_listings(self) -> None:
+        """Listings cached in this process may predate what other processes wrote."""
+        self.fs.invalidate_cache()
+
     def _listing(self) -> list[str]:
         if not self.fs.exists(self.root):
             return []
@@ -198,6 +208,7 @@ class Committer:
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
         """Journal entries, or entries of this job's published manifest, that prove a
         fragment done for this job (file intact)."""
+        self._forget_listings()
         wanted = {f.relpath: f for f in fragments}
         done = {}
         for entry in [*self._published(), *self._entries()]:
@@ -265,6 +276,7 @@ class Committer:
 
     def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
         """Move every staged file into place, then the manifest, then ``_SUCCESS``."""
+        self._forget_listings()
         entries = sorted(entries, key=lambda e: e.relpath)
         old = self.previous_manifest() if self.overwrite else None
         if self.fs.exists(f"{self.root}/{SUCCESS}"):
@@ -289,6 +301,7 @@ class Committer:
         """Move the ``prefix*`` files another committer wrote into :attr:`engine_dir` into
         place (an earlier run's files there go first), record them (rows from their
         footers, sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        self._forget_listings()
         self._unpublish(prefix)
         for path in self.fs.glob(f"{self.engine_dir}/{prefix}*"):
             self.fs.mv(path, f"{self.root}/{path.rsplit('/', 1)[-1]}")

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
 import warnings
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
@@ -37,6 +43,84 @@ def as_model_input(recipe: Recipe, rows: np.ndarray, forest: Forest) -> Any:
     """Rows as the model was trained: for frame recipes a frame with category columns
     (or an encoder's labels), an unknown code becoming a label never seen."""
     return as_frame(rows, forest) if recipe.frame else rows
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real PostgreSQL server (pgserver's own binaries), on a Unix socket in a temporary
+    directory, stopped after the session."""
+    pgserver = pytest.importorskip("pgserver", reason="pgserver (PostgreSQL) is not installed")
+    pytest.importorskip("psycopg", reason="psycopg (the PostgreSQL driver) is not installed")
+    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def new_postgres_database(postgres_server: Any) -> Callable[[], str]:
+    """Makes a fresh, empty database on :func:`postgres_server`: its SQLAlchemy URL."""
+
+    def create() -> str:
+        name = f"registry_{uuid.uuid4().hex[:12]}"
+        postgres_server.psql(f"CREATE DATABASE {name};")
+        url = postgres_server.get_uri(name)
+        return str(url).replace("postgresql://", "postgresql+psycopg://", 1)
+
+    return create
+
+
+@pytest.fixture
+def postgres_url(new_postgres_database: Callable[[], str]) -> str:
+    return new_postgres_database()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A real S3 API (moto's server, its own process on 127.0.0.1), with the AWS
+    settings every S3 client here reads from the environment pointing at it."""
+    pytest.importorskip("moto.server", reason="moto[server] (an S3 API) is not installed")
+    pytest.importorskip("s3fs", reason="s3fs (fsspec's S3 filesystem) is not installed")
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    _wait_for_port(port, server)
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+        }.items():
+            env.setenv(key, value)
+        yield endpoint
+    server.terminate()
+    server.wait()
+
+
+def _wait_for_port(port: int, server: subprocess.Popen[bytes]) -> None:
+    """Until the server accepts connections (or has exited: then fail, saying so)."""
+    while server.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"the S3 server exited with {server.returncode} before accepting connections")
+
+
+@pytest.fixture
+def s3_bucket(s3_server: str) -> str:
+    """A new, empty bucket: its ``s3://`` URL."""
+    import fsspec
+
+    name = f"bucket-{uuid.uuid4().hex[:12]}"
+    fsspec.filesystem("s3").mkdir(name)
+    return f"s3://{name}"
 
 
 @pytest.fixture(params=sorted(RECIPES))

@@ -71,3 +71,60 @@ def test_errors_are_one_line_with_exit_1(tmp_path: Path) -> None:
 
     out = runner.invoke(app, ["models", "register", str(pickle), "--name", "m", "--tag", "x"])
     assert out.exit_code == 2 and "KEY=VALUE" in out.stderr
+
+
+def test_a_shared_registry_on_postgresql_from_every_command(
+    tmp_path: Path, model_file: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's two halves, the artifact root and the database URL, given as
+    options, in the environment and in a job file: every command reads the same models."""
+    root = str(tmp_path / "shared")
+    given = ["--registry", root, "--registry-db", postgres_url]
+    out = runner.invoke(app, ["models", "register", str(model_file), "--name", "churn", *given])
+    assert out.exit_code == 0, out.output
+    assert runner.invoke(app, ["models", "alias", "churn", "prod", "1", *given]).exit_code == 0
+    assert not (tmp_path / "shared" / "registry.db").exists()  # the metadata is on the server
+
+    _, forest, _ = built("lgb_clf")
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(pa.Table.from_pandas(probe_frame(forest, n_rows=300)), source / "a.parquet")
+    out = runner.invoke(app, ["score", "--model", "churn@prod", "--input", str(source),
+                              "--output", str(tmp_path / "out-cli"), *given])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert pq.read_table(tmp_path / "out-cli").num_rows == 300
+
+    monkeypatch.setenv("SCORING_HOME", root)
+    monkeypatch.setenv("SCORING_REGISTRY_DB", postgres_url)
+    shown = json.loads(runner.invoke(app, ["models", "show", "churn@prod"]).stdout)
+    assert shown["version"] == 1 and shown["aliases"] == ["prod"]
+
+    job = tmp_path / "job.toml"
+    job.write_text(
+        f'name = "shared"\nmodel = "churn@prod"\ninput = "{source}"\n'
+        f'output = "{tmp_path / "out-job"}"\nregistry = "{root}"\n'
+        'registry_db = "${SHARED_DB}"\n'
+    )
+    monkeypatch.delenv("SCORING_REGISTRY_DB")  # the job file's own key is what is read
+    monkeypatch.setenv("SHARED_DB", postgres_url)
+    out = runner.invoke(app, ["run", str(job), "--no-progress"])
+    assert out.exit_code == 0, out.output
+    assert pq.read_table(tmp_path / "out-job").num_rows == 300
+
+
+@pytest.mark.parametrize(
+    ("root", "said"),
+    [
+        ("s3://lake/registry", "is remote and SQLite cannot live there: give the registry "
+                               "database with --registry-db"),
+        ("postgresql+psycopg://scoring@db/registry", "is a database URL: --registry "
+                                                     "(SCORING_HOME) takes the artifact root"),
+    ],
+)  # fmt: skip
+def test_a_registry_location_that_cannot_work_is_refused_in_one_line(
+    root: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SCORING_REGISTRY_DB", raising=False)
+    out = runner.invoke(app, ["models", "list", "--registry", root])
+    assert out.exit_code == 1
+    assert out.stderr.strip().count("\n") == 0 and said in out.stderr

@@ -204,14 +204,15 @@ class SparkEngine:
     ) -> Scored:
         """Score every input file into the output (not yet published)."""
         spark = local_session(options.master or "local[*]", conf=options.conf)
-        files = [run.data.fs.unstrip_protocol(f.path) for f in run.data.fragments]
+        files = [hadoop_url(run.data.fs.unstrip_protocol(f.path)) for f in run.data.fragments]
+        output = hadoop_url(run.committer.fs.unstrip_protocol(run.committer.engine_dir))
+        check_connectors(spark, [files[0], output])
         first = run.data.fragments[0]
         base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
         # Only what the plan reads: kept and feature columns, never other partition keys.
         df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
         scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
                              device=run.device, backend=run.backend)  # fmt: skip
-        output = run.committer.fs.unstrip_protocol(run.committer.engine_dir)
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend; record what was asked for.
@@ -221,6 +222,48 @@ class SparkEngine:
 
 
 ENGINE = register(SparkEngine())
+
+#: fsspec's scheme -> Hadoop's: Hadoop reads S3 through its S3A connector.
+_HADOOP_SCHEMES = {"s3": "s3a"}
+#: Where each Hadoop filesystem comes from, and what it needs to be told.
+_CONNECTORS = {
+    "s3a": ("org.apache.hadoop:hadoop-aws:{hadoop}", "spark.hadoop.fs.s3a.endpoint, "
+            "spark.hadoop.fs.s3a.access.key and spark.hadoop.fs.s3a.secret.key (or an "
+            "instance role)"),
+    "gs": ("com.google.cloud.bigdataoss:gcs-connector:hadoop3-<version>",
+           "spark.hadoop.google.cloud.auth.service.account.json.keyfile"),
+    "abfs": ("org.apache.hadoop:hadoop-azure:{hadoop}",
+             "spark.hadoop.fs.azure.account.key.<account>.dfs.core.windows.net"),
+    "abfss": ("org.apache.hadoop:hadoop-azure:{hadoop}",
+              "spark.hadoop.fs.azure.account.key.<account>.dfs.core.windows.net"),
+}  # fmt: skip
+
+
+def hadoop_url(url: str) -> str:
+    """``url`` as Spark's Hadoop filesystems name it (``s3://`` -> ``s3a://``)."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_HADOOP_SCHEMES.get(scheme, scheme)}{sep}{rest}" if sep else url
+
+
+def check_connectors(spark: Any, urls: Sequence[str]) -> None:
+    """Refuse, in one line, a URL whose Hadoop filesystem Spark does not have, naming the
+    connector package for Spark's Hadoop version and the settings it takes."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for url in urls:
+        scheme = url.partition("://")[0] if "://" in url else "file"
+        try:
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+        except Exception:  # py4j's error: no filesystem for the scheme, or not its class
+            hadoop = jvm.org.apache.hadoop.util.VersionInfo.getVersion()
+            package, settings = _CONNECTORS.get(
+                scheme, ("a Hadoop connector for it", "its settings")
+            )
+            raise DependencyError(
+                f"Spark cannot open {url!r}: its Hadoop {hadoop} has no filesystem for "
+                f"{scheme}://; add {package.format(hadoop=hadoop)} (spark.jars.packages) "
+                f"and set {settings}"
+            ) from None
 
 
 def _with_progress(spark: Any, write: Any, run: Run, progress: RunProgress) -> None:

@@ -1,10 +1,13 @@
 """Registry metadata in a SQL database through SQLAlchemy (SQLite by default).
 
-Versions are numbered per name inside one write transaction.  On SQLite every
-transaction starts with ``BEGIN IMMEDIATE`` (the writer lock is taken before the next
-number is read, and other processes wait up to the busy timeout), so concurrent
-registrations never reuse or skip a number; on servers such as PostgreSQL the unique
-``(name, version)`` key turns a race into an IntegrityError that the caller retries.
+Versions are numbered per name inside one write transaction, after the writers of
+that name are serialised (:func:`serialised`): on SQLite every transaction starts with
+``BEGIN IMMEDIATE`` (the writer lock is taken before the next number is read, and other
+processes wait up to the busy timeout); on PostgreSQL a transaction-scoped advisory lock
+per name does the same, and one more guards creating the tables, which PostgreSQL does
+not make safe for concurrent sessions (two ``CREATE TABLE`` of one name collide on its
+catalog).  On other servers the unique ``(name, version)`` key turns a race into an
+IntegrityError that the caller retries.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from sqlalchemy.pool import StaticPool
 
 from ..errors import RegistryAccessError, translated
 
-__all__ = ["SCHEMA_VERSION", "metadata", "versions", "aliases", "tags", "verifications"]
+__all__ = [
+    "SCHEMA_VERSION", "aliases", "metadata", "serialised", "tags", "verifications", "versions",
+]  # fmt: skip
 
 #: Bumped when the tables change; stored in the ``registry_meta`` table.
 SCHEMA_VERSION = 1
@@ -98,14 +103,16 @@ def _create(url: str, **kwargs: Any) -> Engine:
         engine = sa.create_engine(url, **kwargs)
     if engine.dialect.name == "sqlite":
         _serialise_sqlite_writers(engine)
+    fix = (
+        "check that its directory is writable, or give a database server with --registry-db"
+        if engine.dialect.name == "sqlite"
+        else "check the server, the database name and the credentials in the URL"
+    )
     with (
-        translated(
-            "registry database",
-            f"cannot open registry database {engine.url!r}",
-            fix="check that its directory is writable or pass db_url= for a database server",
-        ),
+        translated("registry database", f"cannot open registry database {engine.url!r}", fix=fix),
         engine.begin() as conn,
     ):
+        serialised(conn, "scoring.registry.tables")
         metadata.create_all(conn)
         found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema")).scalar()
         if found is None:
@@ -116,6 +123,13 @@ def _create(url: str, **kwargs: Any) -> Engine:
                 f"of scoring understands ({SCHEMA_VERSION}); upgrade scoring"
             )
     return engine
+
+
+def serialised(conn: sa.Connection, key: str) -> None:
+    """Make the other transactions that call this with ``key`` wait until this one ends
+    (SQLite's writers wait for each other already)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
 
 
 def _serialise_sqlite_writers(engine: Engine) -> None:

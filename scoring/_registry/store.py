@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import sqlalchemy as sa
 
 from .._bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
@@ -49,6 +50,29 @@ def _filename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+#: What SQLAlchemy URLs start with (``postgresql+psycopg://``, ``sqlite:///``): never
+#: an artifact root.
+_DATABASE_URL = re.compile(r"^(postgresql|postgres|mysql|mariadb|sqlite|mssql|oracle)(\+\w+)?://")
+
+
+def _check_root(root: str, db_url: str | None) -> None:
+    """Refuse, before touching anything, a database URL given as the artifact root and a
+    remote root without a database."""
+    if _DATABASE_URL.match(root):
+        raise RegistryError(
+            f"registry root {root!r} is a database URL: --registry (SCORING_HOME) takes "
+            "the artifact root, a directory or fsspec URL; give the database with "
+            "--registry-db (SCORING_REGISTRY_DB, db_url=)"
+        )
+    protocol = fsspec.utils.get_protocol(root)
+    if db_url is None and protocol not in ("file", "local", "memory"):
+        raise RegistryError(
+            f"registry root {root!r} is remote and SQLite cannot live there: give the "
+            "registry database with --registry-db (SCORING_REGISTRY_DB, db_url=), e.g. "
+            "postgresql+psycopg://user@host/scoring"
+        )
+
+
 def _check_name(value: str, what: str) -> None:
     if not _NAME.match(value):
         raise RegistryError(
@@ -60,13 +84,16 @@ def _check_name(value: str, what: str) -> None:
 class ModelStore:
     """Model versions in a root directory or fsspec URL, metadata in a SQL database.
 
-    ``uri``: the root (default ``$SCORING_HOME``, else ``./.scoring``).  ``db_url``: any
-    SQLAlchemy URL; default SQLite in the root (local roots) or in process memory
-    (``memory://`` roots); other remote roots need one.
+    ``uri``: the artifact root (default ``$SCORING_HOME``, else ``./.scoring``).
+    ``db_url``: any SQLAlchemy URL (default ``$SCORING_REGISTRY_DB``, else SQLite in the
+    root for local roots, in process memory for ``memory://`` roots); other remote roots
+    need one, since SQLite cannot live in an object store.
     """
 
     def __init__(self, uri: str | os.PathLike[str] | None = None, *, db_url: str | None = None):
         root = str(uri or os.environ.get("SCORING_HOME") or "./.scoring")
+        db_url = db_url or os.environ.get("SCORING_REGISTRY_DB") or None
+        _check_root(root, db_url)
         self.store = ArtifactStore(root)
         self.uri = root
         self.store.ensure_writable()
@@ -74,13 +101,8 @@ class ModelStore:
             self.engine = db.make_engine(db_url)
         elif self.store.is_local:
             self.engine = db.make_engine(f"sqlite:///{Path(self.store.root).resolve()}/registry.db")
-        elif self.store.fs.protocol in ("memory", ("memory",)):
+        else:  # memory://, checked above: one database per root, shared in this process
             self.engine = db.make_engine("sqlite://", shared_key=self.store.uri(self.store.root))
-        else:
-            raise RegistryError(
-                f"registry root {root!r} is remote: SQLite cannot live there, pass "
-                "db_url= (e.g. postgresql+psycopg://host/db) for its metadata"
-            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r}, db={self.engine.url!r})"
@@ -127,6 +149,7 @@ class ModelStore:
         for _ in range(_INSERT_ATTEMPTS):
             try:
                 with self.engine.begin() as conn:
+                    db.serialised(conn, f"scoring.registry.version:{row['name']}")
                     last = conn.execute(
                         sa.select(sa.func.max(db.versions.c.version)).where(
                             db.versions.c.name == row["name"]

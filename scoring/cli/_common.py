@@ -12,7 +12,9 @@ import typer
 
 from ..errors import ConfigError, ScoringError
 
-__all__ = ["REGISTRY_OPTION", "VERIFY_HELP", "debugging", "fail", "reported"]
+__all__ = [
+    "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "VERIFY_HELP", "debugging", "fail", "reported",
+]  # fmt: skip
 
 VERIFY_HELP = "a rerun into a complete output checks its files' sha256, not only sizes"
 REGISTRY_OPTION = typer.Option(
@@ -20,6 +22,13 @@ REGISTRY_OPTION = typer.Option(
     "--registry",
     envvar="SCORING_HOME",
     help="registry root: a directory or fsspec URL (default $SCORING_HOME, else ./.scoring)",
+)
+REGISTRY_DB_OPTION = typer.Option(
+    None,
+    "--registry-db",
+    envvar="SCORING_REGISTRY_DB",
+    help="registry database: a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/scoring "
+    "(default SQLite in a local root; a remote root needs one)",
 )
 
 

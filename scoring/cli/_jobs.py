@@ -22,22 +22,36 @@ __all__ = ["plan", "run"]
 
 console = Console(stderr=True)
 
+# In place of the job file's keys; SCORING_HOME and SCORING_REGISTRY_DB come after it.
+_REGISTRY = typer.Option(None, "--registry", help="registry root, in place of the job file's")
+_REGISTRY_DB = typer.Option(
+    None, "--registry-db", help="registry database URL, in place of the job file's registry_db"
+)
 
-def _load(path: Path, command: str) -> JobSpec:
+
+def _load(path: Path, command: str, registry: str | None, registry_db: str | None) -> JobSpec:
+    """The job file, with the registry options given on the command line (or in the
+    environment) in place of its own."""
     from ..errors import JobFileError
     from ..jobs import EXIT_USAGE, load_job
 
     try:
-        return load_job(path)
+        spec = load_job(path)
     except JobFileError as exc:
         raise fail(command, str(exc), code=EXIT_USAGE) from None
+    given = {"registry": registry, "registry_db": registry_db}
+    return spec.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
-def plan(job: Path = typer.Argument(..., help="job file (TOML)")) -> None:
+def plan(
+    job: Path = typer.Argument(..., help="job file (TOML)"),
+    registry: str | None = _REGISTRY,
+    registry_db: str | None = _REGISTRY_DB,
+) -> None:
     """Count rows, measure throughput, and say whether JOB meets its deadline (exit 3 if not)."""
     from ..jobs import EXIT_INFEASIBLE, make_plan
 
-    spec = _load(job, "plan")
+    spec = _load(job, "plan", registry, registry_db)
     with reported("plan"):
         result = make_plan(spec)
     print(result.summary())
@@ -49,13 +63,15 @@ def run(
     job: Path = typer.Argument(..., help="job file (TOML)"),
     progress: bool = typer.Option(True, help="progress bar / log lines while running"),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
+    registry: str | None = _REGISTRY,
+    registry_db: str | None = _REGISTRY_DB,
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
     from ..errors import DeadlineError
     from ..jobs import EXIT_INFEASIBLE, EXIT_LATE, run_job
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
-    spec = _load(job, "run")
+    spec = _load(job, "run", registry, registry_db)
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
     with reported("run"):

@@ -12,7 +12,7 @@ from rich.table import Table
 from .._catalog import Registry
 from .._parity import Verification
 from .._registry import ModelVersion
-from ._common import REGISTRY_OPTION, fail, reported
+from ._common import REGISTRY_DB_OPTION, REGISTRY_OPTION, fail, reported
 
 __all__ = ["models_app"]
 
@@ -47,11 +47,12 @@ def register(
     description: str = typer.Option("", help="free text kept with the version"),
     trusted: bool = typer.Option(False, help="allow a pickle file (runs its code on load)"),
     registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
 ) -> None:
     """Import, store and verify a model file; prints NAME@VERSION."""
     tags = _parse_tags(tag)
     with reported("models register"):
-        mv = Registry(registry).register(
+        mv = Registry(registry, db_url=registry_db).register(
             name, path, sample=sample, tags=tags, description=description, trusted=trusted
         )
     for check in mv.verification.values():
@@ -60,10 +61,12 @@ def register(
 
 
 @models_app.command("list")
-def list_models(registry: str | None = REGISTRY_OPTION) -> None:
+def list_models(
+    registry: str | None = REGISTRY_OPTION, registry_db: str | None = REGISTRY_DB_OPTION
+) -> None:
     """Every model with its latest version, aliases and verification."""
     with reported("models list"):
-        reg = Registry(registry)
+        reg = Registry(registry, db_url=registry_db)
         latest = reg.list()
         aliases = {mv.name: _aliases(reg, mv.name) for mv in latest}
     table = Table(title=f"models in {reg.uri}")
@@ -91,10 +94,11 @@ def _aliases(reg: Registry, name: str) -> str:
 def show(
     ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
     registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
 ) -> None:
     """Everything recorded about one version, as JSON."""
     with reported("models show"):
-        mv = Registry(registry).get(ref)
+        mv = Registry(registry, db_url=registry_db).get(ref)
     print(json.dumps(mv.to_dict(), indent=2))
 
 
@@ -105,10 +109,11 @@ def alias(
     version: int = typer.Argument(...),
     force: bool = typer.Option(False, help="promote even if verification failed"),
     registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
 ) -> None:
     """Point NAME@ALIAS at VERSION."""
     with reported("models alias"):
-        Registry(registry).set_alias(name, alias_name, version, force=force)
+        Registry(registry, db_url=registry_db).set_alias(name, alias_name, version, force=force)
     print(f"{name}@{alias_name} -> {version}")
 
 
@@ -116,10 +121,11 @@ def alias(
 def verify(
     ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
     registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
 ) -> None:
     """Re-run parity verification on this machine's devices and record it."""
     with reported("models verify"):
-        mv = Registry(registry).verify(ref)
+        mv = Registry(registry, db_url=registry_db).verify(ref)
     for check in mv.verification.values():
         print(_describe(mv, check))
     if not mv.verified:

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.console import Console
 
-from ._common import REGISTRY_OPTION, VERIFY_HELP, fail, reported
+from ._common import REGISTRY_DB_OPTION, REGISTRY_OPTION, VERIFY_HELP, fail, reported
 
 __all__ = ["score"]
 
@@ -49,9 +49,11 @@ def score(
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
     registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from .._engines import score_parquet
+    from .._registry import ModelStore
 
     # Shorthands for common engine options; the engine refuses one it does not take.
     named = {"address": ray_address, "num_workers": workers, "master": spark_master}
@@ -62,6 +64,7 @@ def score(
             raise fail("score", f"--engine-option {pair!r} is not KEY=VALUE", code=2)
         options[key] = _value(value)
     with reported("score"):
+        store = ModelStore(registry, db_url=registry_db) if registry_db else registry
         result = score_parquet(
             input,
             output,
@@ -71,7 +74,7 @@ def score(
             outputs=outputs,
             device=device,
             backend=backend,
-            registry=registry,
+            registry=store,
             overwrite=overwrite,
             verify=verify,
             engine_options=options,

@@ -115,7 +115,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     began = time.perf_counter()
     data = open_input(spec.input)
     listing = time.perf_counter() - began
-    store = ModelStore(spec.registry)
+    store = ModelStore(spec.registry, db_url=spec.registry_db)
     began = time.perf_counter()
     source = resolve_model(spec.model, registry=store, device=spec.device,
                            backend=spec.backend, local=engine.local)  # fmt: skip

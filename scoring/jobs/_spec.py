@@ -107,6 +107,7 @@ class JobSpec(_EngineTables):
     retries: int = Field(default=0, ge=0, le=10)
     verify: bool = False
     registry: str | None = None
+    registry_db: str | None = None  # a SQLAlchemy URL (see scoring.Registry's db_url)
     resources: Resources = Resources()
 
     @field_validator("engine")
