@@ -159,6 +159,8 @@ def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -
     first = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
                                   progress=False)  # fmt: skip
     assert first.rows == 4000 and first.engine == "spark"
+    assert (first.backend, first.device) != ("auto", "auto")  # what the executors ran
+    assert f"on {first.backend}/{first.strategy or '-'} cpu" in first.summary()
     out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id").reset_index(drop=True)
     np.testing.assert_array_equal(out["id"], np.arange(4000))
     assert_native_parity(out, "xgb_clf", X)

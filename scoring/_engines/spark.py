@@ -133,9 +133,12 @@ def score_frame(
     outputs: str = "default",
     device: str = "auto",
     backend: str = "auto",
+    ran: Any = None,
 ) -> Any:
     """``df`` scored through ``mapInArrow`` (no pandas on the way): the kept columns,
-    then the model's output columns.  Columns are checked here, on the driver."""
+    then the model's output columns.  Columns are checked here, on the driver.
+    ``ran``: an accumulator of :class:`Tally` the tasks add their rows to, under the
+    backend, strategy and device they chose."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     kept = list(keep)
@@ -149,8 +152,12 @@ def score_frame(
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cm = worker_model(payload, device=device, backend=backend)
         worker = Scorer(cm, keep=kept, outputs=outputs)
+        rows = 0
         for batch in batches:
+            rows += batch.num_rows
             yield from worker.score(batch).cast(target).to_batches()
+        if ran is not None:
+            ran.add({(cm.backend, cm.strategy or "", str(cm.device)): rows})
 
     return df.select(*columns).mapInArrow(score, from_arrow_schema(target))
 
@@ -211,17 +218,35 @@ class SparkEngine:
         base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
         # Only what the plan reads: kept and feature columns, never other partition keys.
         df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
+        ran = spark.sparkContext.accumulator({}, Tally())
         scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
-                             device=run.device, backend=run.backend)  # fmt: skip
+                             device=run.device, backend=run.backend, ran=ran)  # fmt: skip
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
-        # Executors choose their own device and backend; record what was asked for.
-        metadata = {**output_metadata(run.model), "scoring.backend": run.backend,
-                    "scoring.strategy": "", "scoring.device": run.device}  # fmt: skip
+        # Executors choose their own device and backend: record what they chose.
+        chosen = sorted(ran.value) or [(run.backend, "", run.device)]
+        metadata = {**output_metadata(run.model), **{
+            f"scoring.{part}": "+".join(dict.fromkeys(c[i] for c in chosen))
+            for i, part in enumerate(("backend", "strategy", "device"))
+        }}  # fmt: skip
         return Scored(None, {}, metadata)
 
 
 ENGINE = register(SparkEngine())
+
+
+class Tally:
+    """Rows per (backend, strategy, device) the tasks scored with, summed on the driver
+    (a PySpark ``AccumulatorParam``, without importing PySpark before it is used)."""
+
+    def zero(self, value: dict[Any, int]) -> dict[Any, int]:
+        return {}
+
+    def addInPlace(self, a: dict[Any, int], b: dict[Any, int]) -> dict[Any, int]:
+        for key, rows in b.items():
+            a[key] = a.get(key, 0) + rows
+        return a
+
 
 #: fsspec's scheme -> Hadoop's: Hadoop reads S3 through its S3A connector.
 _HADOOP_SCHEMES = {"s3": "s3a"}
