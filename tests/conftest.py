@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 import warnings
@@ -46,14 +48,17 @@ def as_model_input(recipe: Recipe, rows: np.ndarray, forest: Forest) -> Any:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def postgres_server() -> Iterator[Any]:
     """A real PostgreSQL server (pgserver's own binaries), on a Unix socket in a temporary
-    directory, stopped after the session."""
+    directory of its own (pytest removes its older base directories, which another
+    pytest run on the machine may do mid-session), stopped and removed after."""
     pgserver = pytest.importorskip("pgserver", reason="pgserver (PostgreSQL) is not installed")
     pytest.importorskip("psycopg", reason="psycopg (the PostgreSQL driver) is not installed")
-    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    data = tempfile.mkdtemp(prefix="pg-")  # short: a Unix socket path has a limit
+    server = pgserver.get_server(data, cleanup_mode="stop")
     yield server
     server.cleanup()
+    shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture
