@@ -214,3 +214,39 @@ def test_killed_actor_leaves_complete_duplicate_free_output(
     # The killed actors' first files count for nobody: a restarted actor (a new
     # process) scored every row that reached the output.
     assert not set(outcome["result"].workers) & {f"{socket.gethostname()}:{p}" for p in held}
+
+
+def test_a_ray_failure_after_every_file_is_journaled_still_publishes(
+    tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy cluster Ray Data may cancel an actor that never started, once the others
+    have done every file, and fail the job for it: the journal proves the files, so the
+    run publishes; a failure before every file is journaled still fails the run."""
+    from scoring._engines import ray as engine
+
+    model, X = model_frame("lgb_clf", rows=2000)
+    frame = write_input(X, tmp_path / "in", files=2)
+    scored_files = engine._scored_files
+
+    def then_failing(run: Any, spec: Any, plan: Any, *, first: bool = True) -> Any:
+        rows = list(scored_files(run, spec, plan).iter_rows()) if first else []
+
+        class Failing:
+            def iter_rows(self) -> Any:
+                yield from rows[:1]
+                raise ray.exceptions.RaySystemError("an actor that never ran was cancelled")
+
+        return Failing()
+
+    monkeypatch.setattr(engine, "_scored_files", lambda *a: then_failing(*a, first=False))
+    with pytest.raises(ScoringError, match="the Ray job failed"):
+        scoring.score_parquet(tmp_path / "in", tmp_path / "early", model, engine="ray",
+                              keep=["id"], progress=False)  # fmt: skip
+    monkeypatch.setattr(engine, "_scored_files", then_failing)
+    result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
+                                   keep=["id"], progress=False)  # fmt: skip
+    assert result.rows == 2000 and sum(result.workers.values()) == 2000
+    assert "(not reported by Ray)" in result.workers
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    np.testing.assert_array_equal(out["id"], frame["id"])
+    assert (tmp_path / "out" / "_SUCCESS").exists()

@@ -367,9 +367,10 @@ class RayEngine:
                     progress.advance(int(row["rows"]))
             except ray.exceptions.RayError as exc:
                 ours = _ours(exc)
-                if ours is None:
+                if ours is not None:
+                    raise ours from exc
+                if not _finished_anyway(run, exc, workers, progress):
                     raise  # Ray's own failure: translated above
-                raise ours from exc
             finally:  # stops the job and frees its actors now, not when collected
                 getattr(rows, "close", lambda: None)()
         return Scored(_journaled(run), workers, metadata)
@@ -390,10 +391,40 @@ def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
         fn_constructor_kwargs={"spec": spec},
         batch_size=1,
         batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=min(plan.workers, len(run.todo))),
+        # One file at a time per actor: queued behind a busy actor, files would wait while
+        # another starts, and Ray Data cancels (and fails the job for) an actor still
+        # starting when every file is handed out.
+        compute=ray.data.ActorPoolStrategy(
+            size=min(plan.workers, len(run.todo)), max_tasks_in_flight_per_actor=1
+        ),
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus or None,
     )
+
+
+def _finished_anyway(
+    run: Run, exc: BaseException, workers: dict[str, int], progress: RunProgress
+) -> bool:
+    """Whether the journal proves every file done although Ray's job failed: on a busy
+    cluster Ray Data can cancel an actor that never started once the others have done
+    every file, and report that as the job's failure.  The journal, not Ray, is the
+    proof of a file; rows Ray did not report are counted as such."""
+    done = run.committer.completed(run.todo)
+    if any(f.relpath not in done for f in run.todo):
+        return False
+    unreported = sum(done[f.relpath].rows for f in run.todo) - sum(workers.values())
+    if unreported > 0:
+        workers[_UNREPORTED] = unreported
+        progress.advance(unreported)
+    logging.getLogger(__name__).warning(
+        "Ray reported %s after every file was scored and journaled: publishing",
+        type(exc).__name__,
+    )
+    return True
+
+
+#: Rows of files the journal proves done whose worker Ray did not report.
+_UNREPORTED = "(not reported by Ray)"
 
 
 def _written_metadata(run: Run) -> dict[str, str]:
