@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring.errors import ConfigError
+from scoring.errors import ConfigError, EngineError
 
 from .test_score_parquet import assert_native_parity, model_frame, write_input
 
@@ -60,6 +60,12 @@ def _ray(*args: str) -> None:
         pytest.fail(f"ray {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
 
 
+@pytest.mark.xfail(
+    strict=False,
+    raises=EngineError,
+    reason="open (issue 17): under load Ray Data cancels an actor still starting on the "
+    "second node and fails the job (ActorDiedError: never ran); it passes unloaded",
+)
 def test_the_default_plan_scores_on_two_one_cpu_nodes(ray_cluster: str, tmp_path: Path) -> None:
     model, X = model_frame("lgb_clf", rows=30_000)
     frame = write_input(X, tmp_path / "in", files=4)
