@@ -28,10 +28,11 @@ def encode_labels(values: np.ndarray, j: int, forest: Forest, label: str) -> np.
     """float64 codes of one encoded column's ``values`` (any dtype); ``label`` names the
     column in errors."""
     labels = forest.categories[j]
-    plain = [(code, v) for code, v in enumerate(labels) if value_kind(v) == "label"]
-    found = _index([v for _, v in plain], values)
-    codes = np.where(found >= 0, np.array([c for c, _ in plain] + [0])[found], UNKNOWN)
-    special = {value_kind(v): code for code, v in enumerate(labels) if value_kind(v) != "label"}
+    kinds_of = [value_kind(v) for v in labels]
+    plain = [code for code, kind in enumerate(kinds_of) if kind == "label"]
+    found = _index([labels[code] for code in plain], values)
+    codes = np.where(found >= 0, np.array([*plain, 0])[found], UNKNOWN)
+    special = {kind: code for code, kind in enumerate(kinds_of) if kind != "label"}
     odd = np.flatnonzero(found < 0)
     kinds = _kinds(np.asarray(values)[odd])
     for k, kind in enumerate(_KINDS):

@@ -250,6 +250,8 @@ class Tally:
 
 #: fsspec's scheme -> Hadoop's: Hadoop reads S3 through its S3A connector.
 _HADOOP_SCHEMES = {"s3": "s3a"}
+_AZURE = ("org.apache.hadoop:hadoop-azure:{hadoop}",
+          "spark.hadoop.fs.azure.account.key.<account>.dfs.core.windows.net")  # fmt: skip
 #: Where each Hadoop filesystem comes from, and what it needs to be told.
 _CONNECTORS = {
     "s3a": ("org.apache.hadoop:hadoop-aws:{hadoop}", "spark.hadoop.fs.s3a.endpoint, "
@@ -257,10 +259,8 @@ _CONNECTORS = {
             "instance role)"),
     "gs": ("com.google.cloud.bigdataoss:gcs-connector:hadoop3-<version>",
            "spark.hadoop.google.cloud.auth.service.account.json.keyfile"),
-    "abfs": ("org.apache.hadoop:hadoop-azure:{hadoop}",
-             "spark.hadoop.fs.azure.account.key.<account>.dfs.core.windows.net"),
-    "abfss": ("org.apache.hadoop:hadoop-azure:{hadoop}",
-              "spark.hadoop.fs.azure.account.key.<account>.dfs.core.windows.net"),
+    "abfs": _AZURE,
+    "abfss": _AZURE,
 }  # fmt: skip
 
 
