@@ -187,7 +187,7 @@ def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
     return found
 
 
-def _reason(exc: BaseException, *, first_line: bool = False) -> str:
+def cause_line(exc: BaseException, *, first_line: bool = False) -> str:
     """The innermost cause's last (or first) line: wrappers end theirs with advice on
     debug variables (torch.compile keeps the cause in ``inner_exception``)."""
     inner = exc.__cause__ or getattr(exc, "inner_exception", None)
@@ -217,5 +217,5 @@ class translated:
             return
         for known, ours in _resolved(self.boundary).items():
             if isinstance(exc, known):
-                message = f"{self.what}: {_reason(exc, first_line=self.first_line)}"
+                message = f"{self.what}: {cause_line(exc, first_line=self.first_line)}"
                 raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc

@@ -92,6 +92,22 @@ def test_an_unset_variable_anywhere_is_a_job_file_error(
     assert "2026-11-22" in str(load_job(path).model_dump()[key])
 
 
+def test_storage_options_for_no_object_store_are_refused(tmp_path: Path, registry: Any) -> None:
+    """The table's keys go to the job's object stores; a job with none is told so, not
+    silently ignored (the option meant for a store is not reaching one)."""
+    write_rows(tmp_path / "in", 1_000)
+    path = job_file(tmp_path, registry)
+    path.write_text(path.read_text() + '[storage_options]\nendpoint_url = "http://h:9000"\n')
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 2
+    assert "storage option 'endpoint_url': no URL of this command is on an object" in " ".join(
+        result.output.split()
+    )
+    given = runner.invoke(app, ["run", str(path), "--storage-option", "s3.profile=x"])
+    assert given.exit_code == 2 and "'endpoint_url'" in " ".join(given.output.split())
+    assert not (tmp_path / "out").exists()
+
+
 def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN_DATE", "2026-11-21")
     specs = {p.stem: load_job(p) for p in sorted(JOBS.glob("*.toml"))}

@@ -17,11 +17,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 import scoring
 from scoring._commit import Committer
 from scoring._dataset import open_input
-from scoring.errors import DependencyError
+from scoring._stores import configured, store_config
+from scoring.cli import app
+from scoring.errors import ConfigError, DependencyError
 
 from .conftest import built
 from .test_score_parquet import assert_native_parity, model_frame
@@ -123,3 +126,54 @@ def test_spark_on_s3_names_the_connector_it_lacks(s3_bucket: str, tmp_path: Any)
     assert "\n" not in message and "s3a://" in message
     assert "org.apache.hadoop:hadoop-aws:" in message and "spark.hadoop.fs.s3a.endpoint" in message
     assert not fsspec.filesystem("s3").exists(f"{s3_bucket}/out/_SUCCESS")
+
+
+def test_storage_options_go_to_the_object_stores_of_the_command() -> None:
+    urls = ["s3://lake/in", "/data/out", "memory://registry"]
+    assert store_config({"endpoint_url": "http://h:9000", "gcs.project": "p"}, urls) == {
+        "s3": {"endpoint_url": "http://h:9000"},
+        "gcs": {"project": "p"},
+    }
+    with pytest.raises(ConfigError, match="'profile': no URL of this command is on an object"):
+        store_config({"profile": "prod"}, ["/data/in", "memory://out"])
+    before = dict(fsspec.config.conf)
+    with configured({"s3": {"profile": "prod"}}):
+        assert fsspec.config.conf["s3"]["profile"] == "prod"
+    assert fsspec.config.conf == before  # nothing left behind for the next command
+
+
+def test_the_command_line_reaches_a_store_only_its_options_name(
+    s3_bucket: str, s3_server: str, postgres_url: str, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """With no endpoint or credentials in the environment, ``--storage-option`` is what
+    takes every command to the S3 server: registry, input, output."""
+    _, X = model_frame("xgb_clf", rows=2000)
+    write_s3_input(X, f"{s3_bucket}/in")
+    model_file = tmp_path / "model.ubj"
+    built("xgb_clf")[0].get_booster().save_model(model_file)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    fsspec.filesystem("s3").clear_instance_cache()
+    given = ["--registry", f"{s3_bucket}/registry", "--registry-db", postgres_url,
+             *(f"--storage-option={o}" for o in (f"endpoint_url={s3_server}", "key=testing",
+                                                 "secret=testing"))]  # fmt: skip
+    runner = CliRunner()
+    out = runner.invoke(app, ["models", "register", str(model_file), "--name", "churn", *given])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["score", "--model", "churn@1", "--input", f"{s3_bucket}/in",
+                              "--output", f"{s3_bucket}/out", "--keep", "id", *given])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    fsspec.filesystem("s3").clear_instance_cache()
+    out = runner.invoke(app, ["models", "list", *given[:4]])  # without them
+    assert out.exit_code == 1 and "cannot be reached (NoCredentialsError" in out.output
+    assert "--storage-option" in out.output
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)  # the test's own reads
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    fsspec.filesystem("s3").clear_instance_cache()
+    out_frame = read_s3(f"{s3_bucket}/out")
+    assert out_frame["id"].tolist() == list(range(2000))
+    assert_native_parity(out_frame.drop(columns="id"), "xgb_clf", X)
+    bad = runner.invoke(app, ["models", "list", *given, "--storage-option", "endpoint_url"])
+    assert bad.exit_code == 2 and "--storage-option 'endpoint_url' is not KEY=VALUE" in bad.output

@@ -216,37 +216,54 @@ def test_killed_actor_leaves_complete_duplicate_free_output(
     assert not set(outcome["result"].workers) & {f"{socket.gethostname()}:{p}" for p in held}
 
 
-def test_a_ray_failure_after_every_file_is_journaled_still_publishes(
+def test_after_a_failure_of_rays_own_the_files_not_journaled_go_to_a_new_job(
     tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a busy cluster Ray Data may cancel an actor that never started, once the others
-    have done every file, and fail the job for it: the journal proves the files, so the
-    run publishes; a failure before every file is journaled still fails the run."""
+    """On a busy cluster Ray Data may cancel an actor still starting and fail the job for
+    it.  The journal, not Ray, proves a file: the files it lacks go to a fresh job, and
+    a run fails only when Ray fails every attempt, publishing nothing."""
     from scoring._engines import ray as engine
 
-    model, X = model_frame("lgb_clf", rows=2000)
-    frame = write_input(X, tmp_path / "in", files=2)
+    model, X = model_frame("lgb_clf", rows=3000)
+    frame = write_input(X, tmp_path / "in", files=3)
     scored_files = engine._scored_files
+    jobs: list[int] = []
 
-    def then_failing(run: Any, spec: Any, plan: Any, *, first: bool = True) -> Any:
-        rows = list(scored_files(run, spec, plan).iter_rows()) if first else []
+    class Failing:
+        """A Ray job that reports ``rows``, then fails."""
 
-        class Failing:
-            def iter_rows(self) -> Any:
-                yield from rows[:1]
-                raise ray.exceptions.RaySystemError("an actor that never ran was cancelled")
+        def __init__(self, rows: list[Any]):
+            self.rows = rows
 
-        return Failing()
+        def iter_rows(self) -> Any:
+            yield from self.rows
+            raise ray.exceptions.RaySystemError("an actor that never ran was cancelled")
 
-    monkeypatch.setattr(engine, "_scored_files", lambda *a: then_failing(*a, first=False))
-    with pytest.raises(ScoringError, match="the Ray job failed"):
-        scoring.score_parquet(tmp_path / "in", tmp_path / "early", model, engine="ray",
-                              keep=["id"], progress=False)  # fmt: skip
-    monkeypatch.setattr(engine, "_scored_files", then_failing)
-    result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
-                                   keep=["id"], progress=False)  # fmt: skip
-    assert result.rows == 2000 and sum(result.workers.values()) == 2000
-    assert "(not reported by Ray)" in result.workers
-    out = pq.read_table(tmp_path / "out").to_pandas()
-    np.testing.assert_array_equal(out["id"], frame["id"])
-    assert (tmp_path / "out" / "_SUCCESS").exists()
+    def scoring_then_failing(run: Any, spec: Any, plan: Any, *, files: int) -> Any:
+        """The first job scores ``files`` files (reporting one), then fails."""
+        jobs.append(len(run.todo))
+        if len(jobs) > 1:
+            return scored_files(run, spec, plan)
+        part = dataclasses.replace(run, todo=run.todo[:files])
+        return Failing(list(scored_files(part, spec, plan).iter_rows())[:1])
+
+    def score(out: str) -> Any:
+        return scoring.score_parquet(tmp_path / "in", tmp_path / out, model, engine="ray",
+                                     keep=["id"], progress=False)  # fmt: skip
+
+    monkeypatch.setattr(engine, "_scored_files", lambda *_: Failing([]))
+    with pytest.raises(ScoringError, match=f"the Ray job failed {engine.RAY_ATTEMPTS} times"):
+        score("never")
+    assert not (tmp_path / "never" / "_SUCCESS").exists()
+    for files, retried in [(1, [2]), (3, [])]:  # a file left to do; every file journaled
+        jobs.clear()
+        monkeypatch.setattr(
+            engine, "_scored_files", lambda *a, n=files: scoring_then_failing(*a, files=n)
+        )
+        result = score(f"out-{files}")
+        assert jobs == [3, *retried]
+        assert result.rows == 3000 and sum(result.workers.values()) == 3000
+        assert ("(not reported by Ray)" in result.workers) == (files == 3)
+        out = pq.read_table(tmp_path / f"out-{files}").to_pandas()
+        np.testing.assert_array_equal(out["id"], frame["id"])  # every row once
+        assert_native_parity(out, "lgb_clf", X)

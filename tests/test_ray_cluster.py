@@ -4,33 +4,41 @@ alone with ``pytest -m cluster``.  ``ray start --head`` turns token authenticati
 (Ray 2.60), which a driver reads when Ray is imported: these nodes opt out, as the
 README says to do, or to give the driver the token.
 
-What an outside run found here: the default plan sized one actor from the cluster's two
-CPUs, which no node has, and Ray waited for such a node forever."""
+What outside runs found here: the default plan sized one actor from the cluster's two
+CPUs, which no node has, and Ray waited for such a node forever; and a job on S3,
+killed and run again, scored everything and then failed, the driver's cached listing
+hiding what the actors had journaled."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring.errors import ConfigError, EngineError
+from scoring.errors import ConfigError
 
+from .test_object_store import read_s3, write_s3_input
 from .test_score_parquet import assert_native_parity, model_frame, write_input
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 RAY = str(Path(sys.executable).parent / "ray")
+SCORING = str(Path(sys.executable).parent / "scoring")
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +62,14 @@ def ray_cluster() -> Iterator[str]:
 
 
 def _ray(*args: str) -> None:
-    nodes = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    # No AWS settings: actors reach S3 only with the options their job ships them.
+    nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nodes["RAY_AUTH_MODE"] = "disabled"
     done = subprocess.run([RAY, *args], capture_output=True, text=True, env=nodes)
     if done.returncode != 0:
         pytest.fail(f"ray {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=EngineError,
-    reason="open (issue 17): under load Ray Data cancels an actor still starting on the "
-    "second node and fails the job (ActorDiedError: never ran); it passes unloaded",
-)
 def test_the_default_plan_scores_on_two_one_cpu_nodes(ray_cluster: str, tmp_path: Path) -> None:
     model, X = model_frame("lgb_clf", rows=30_000)
     frame = write_input(X, tmp_path / "in", files=4)
@@ -93,3 +97,87 @@ def test_an_actor_larger_than_every_node_is_refused_at_once(
                               engine_options=options, progress=False)  # fmt: skip
     assert "\n" not in str(refused.value)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+#: ``scoring run`` whose actors each hold after their first file until told to go on
+#: (:attr:`RayEngine.hold_after_first_file`), so the kill lands mid-job on an event.
+HELD_RUN = (
+    "import sys; from scoring._engines.ray import RayEngine; "
+    "RayEngine.hold_after_first_file = sys.argv.pop(1); "
+    "from scoring.cli import app; app(prog_name='scoring')"
+)
+
+
+def test_a_job_on_s3_killed_mid_run_finishes_on_its_rerun(
+    ray_cluster: str, s3_bucket: str, s3_server: str, postgres_url: str, tmp_path: Path
+) -> None:
+    """The driver is killed while the actors are mid-job, then the same command runs
+    again: it scores only what the journal lacks, and every row lands once.  Registry,
+    input and output are in the bucket; the nodes have no AWS settings of their own, so
+    the job file's ``[storage_options]`` is what reaches S3 from the actors."""
+    model, X = model_frame("xgb_clf", rows=100_000)
+    frame = write_s3_input(X, f"{s3_bucket}/in", files=20)
+    store = scoring.Registry(f"{s3_bucket}/registry", db_url=postgres_url)
+    store.register("churn", model)
+    job = tmp_path / "job.toml"
+    job.write_text(f"""
+name = "nightly"
+model = "churn@1"
+input = "{s3_bucket}/in"
+output = "{s3_bucket}/out"
+engine = "ray"
+keep = ["id"]
+registry = "{s3_bucket}/registry"
+registry_db = "{postgres_url}"
+
+[ray]
+address = "{ray_cluster}"
+
+[storage_options]
+endpoint_url = "{s3_server}"
+key = "testing"
+secret = "testing"
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    first = subprocess.Popen(
+        [sys.executable, "-c", HELD_RUN, str(hold), "run", str(job), "--no-progress"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        held = _held_and_journaled(hold, f"{s3_bucket}/out/_temporary/_journal", first)
+        os.killpg(first.pid, signal.SIGKILL)
+    finally:
+        first.kill()
+        (hold / "release").touch()  # actors not yet gone go on (and find no driver)
+    first.wait()
+    s3 = fsspec.filesystem("s3")
+    s3.invalidate_cache()
+    assert not s3.exists(f"{s3_bucket}/out/_SUCCESS")
+    rerun = subprocess.run([SCORING, "run", str(job), "--no-progress"], env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    resumed = re.search(r"\(([\d,]+) rows resumed\)", rerun.stderr)
+    assert resumed, rerun.stderr[-3000:]  # what the killed run journaled, and only that
+    assert held * 5000 <= int(resumed.group(1).replace(",", "")) < 100_000
+    out = read_s3(f"{s3_bucket}/out")
+    assert out["id"].tolist() == frame["id"].tolist()  # every row exactly once
+    assert_native_parity(out.drop(columns="id"), "xgb_clf", X)
+    manifest = json.loads(s3.cat_file(f"{s3_bucket}/out/_scoring_manifest.json"))
+    assert manifest["rows"] == 100_000 and len(manifest["fragments"]) == 20
+
+
+def _held_and_journaled(hold: Path, journal: str, driver: subprocess.Popen[bytes]) -> int:
+    """Wait until the actors hold and every journaled file is a holder's: how many."""
+    s3 = fsspec.filesystem("s3")
+    while True:
+        held = len(list(hold.iterdir()))
+        s3.invalidate_cache()
+        journaled = len(s3.glob(f"{journal}/*.json")) if held else 0
+        if held and journaled == held:
+            return held
+        if driver.poll() is not None:
+            output = driver.stdout.read().decode()[-3000:] if driver.stdout else ""
+            pytest.fail(f"the first run ended before the kill: {output}")
+        time.sleep(0.05)

@@ -24,7 +24,8 @@ from typing import Any
 from .._dataset import InputDataset
 from .._lease import OutputLease
 from .._progress import RunProgress
-from .._registry import ModelStore
+from .._registry import ModelStore, root_url
+from .._stores import configured, store_config
 from ..errors import ConfigError
 from . import local, ray, spark  # noqa: F401  (the registration line)
 from .base import (
@@ -65,6 +66,7 @@ def score_parquet(
     progress: bool = True,
     engine_options: Mapping[str, Any] | None = None,
     on_progress: Callable[[float, int], None] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
@@ -76,33 +78,39 @@ def score_parquet(
     sha256 (else sizes are compared) and rescores those that differ.
 
     ``on_progress(seconds, rows)`` is called as rows are written (job deadlines).
+
+    ``storage_options``: fsspec options for the object stores of the input, output and
+    registry (endpoint, profile, credentials; see :mod:`scoring._stores`).
     """
     runner = engine_named(engine)
     options = runner.options(engine_options or {})
     source_url = input.url if isinstance(input, InputDataset) else str(input)
     if not runner.local:
         check_outside_process(engine, source_url, str(output))
-    source = resolve_model(model, registry=registry, device=device, backend=backend,
-                           local=runner.local)  # fmt: skip
-    data = input if isinstance(input, InputDataset) else str(input)
-    lease = OutputLease(str(output))
-    try:
-        run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                       overwrite=overwrite, verify=verify, engine=runner, device=device,
-                       backend=backend, lease=lease)  # fmt: skip
-        if run.complete:
-            return report(run, engine=engine, timeline=[])
-        tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
-        if on_progress is not None:
-            tracker.listeners.append(on_progress)
+    registry_url = [] if isinstance(registry, ModelStore) else [root_url(registry)]
+    stores = store_config(storage_options, [source_url, str(output), *registry_url])
+    with configured(stores):
+        source = resolve_model(model, registry=registry, device=device, backend=backend,
+                               local=runner.local)  # fmt: skip
+        data = input if isinstance(input, InputDataset) else str(input)
+        lease = OutputLease(str(output))
         try:
-            scored = runner.run(run, source=source, options=options, progress=tracker)
+            run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
+                           overwrite=overwrite, verify=verify, engine=runner, device=device,
+                           backend=backend, lease=lease, stores=stores)  # fmt: skip
+            if run.complete:
+                return report(run, engine=engine, timeline=[])
+            tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
+            if on_progress is not None:
+                tracker.listeners.append(on_progress)
+            try:
+                scored = runner.run(run, source=source, options=options, progress=tracker)
+            finally:
+                tracker.close()
+            lease.check()
+            files = publish(run, scored, engine=runner)
         finally:
-            tracker.close()
-        lease.check()
-        files = publish(run, scored, engine=runner)
-    finally:
-        lease.release()
+            lease.release()
     result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
     result.files = files
     return result

@@ -28,6 +28,7 @@ from .._model import CompiledModel, compile_model
 from .._progress import RunProgress
 from .._registry import ModelStore
 from .._scorer import Scorer
+from .._stores import StoreConfig
 from .._version import __version__
 from ..errors import ConfigError
 
@@ -177,6 +178,7 @@ class Run:
     outputs: str = "default"
     device: str = "auto"  # as asked for: engines with workers resolve it there
     backend: str = "auto"
+    stores: StoreConfig = field(default_factory=dict)  # workers' fsspec options
     started: float = field(default_factory=time.perf_counter)
 
     def cast(self, table: pa.Table) -> pa.Table:
@@ -256,6 +258,7 @@ def plan_run(
     device: str = "auto",
     backend: str = "auto",
     lease: OutputLease | None = None,
+    stores: StoreConfig | None = None,
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read."""
@@ -276,7 +279,7 @@ def plan_run(
     done = {} if complete or not engine.resumes else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
-               outputs=outputs, device=device, backend=backend)  # fmt: skip
+               outputs=outputs, device=device, backend=backend, stores=stores or {})  # fmt: skip
 
 
 def _check_apart(input_url: str, output_url: str) -> None:

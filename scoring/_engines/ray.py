@@ -9,7 +9,9 @@ tasks' return values, decides what is published.  Data never passes through the 
 store; actors read the files where they are.  Workers get the model as a bundle through
 the object store and check its sha256 before compiling it (once per process).  A file
 that fails in an actor comes back as a record, and the driver raises its error as it was
-(ours, or the OS error naming the path), never Ray Data's wrapper of it.
+(ours, or the OS error naming the path), never Ray Data's wrapper of it.  When Ray
+fails the job for a reason of its own (a lost node, an actor cancelled while starting),
+the files the journal does not prove done go to a fresh job, up to ``RAY_ATTEMPTS``.
 
 Resources (:func:`plan_workers`): one actor per GPU with a fractional CPU request, or,
 without GPUs, CPU actors sized so that Ray's read tasks always find a CPU.
@@ -25,7 +27,7 @@ import os
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,7 +43,8 @@ from .._dataset import InputDataset
 from .._model import CompiledModel
 from .._progress import RunProgress
 from .._scorer import Scorer
-from ..errors import ConfigError, EngineError, ScoringError, translated
+from .._stores import StoreConfig, install
+from ..errors import ConfigError, EngineError, ScoringError, cause_line, translated
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
 from .local import run_local
 
@@ -221,6 +224,7 @@ class _Spec:
     device: str
     backend: str
     threads: int
+    stores: StoreConfig
     hold: str | None = None
 
 
@@ -228,6 +232,7 @@ class _FileWorker:
     """A Ray Data actor scoring whole input files into the run's staging area."""
 
     def __init__(self, spec: _Spec):
+        install(spec.stores)  # for this actor's lifetime: it scores this run only
         model = load_bundle(
             spec.bundle, device=spec.device, backend=spec.backend, threads=spec.threads
         )
@@ -352,28 +357,93 @@ class RayEngine:
             device=plan.device,
             backend=run.backend,
             threads=plan.threads,
+            stores=run.stores,
             hold=self.hold_after_first_file,
         )
-        workers: dict[str, int] = {}
-        metadata: dict[str, str] = {}
-        with translated("ray", "the Ray job failed"):
-            rows = iter(_scored_files(run, spec, plan).iter_rows())
-            try:
-                for row in rows:
-                    if row["error"]:
-                        raise _raised(row["error"], worker=row["worker"])
-                    workers[row["worker"]] = workers.get(row["worker"], 0) + int(row["rows"])
-                    metadata = metadata or json.loads(row["metadata"])
-                    progress.advance(int(row["rows"]))
-            except ray.exceptions.RayError as exc:
-                ours = _ours(exc)
-                if ours is not None:
-                    raise ours from exc
-                if not _finished_anyway(run, exc, workers, progress):
-                    raise  # Ray's own failure: translated above
-            finally:  # stops the job and frees its actors now, not when collected
-                getattr(rows, "close", lambda: None)()
-        return Scored(_journaled(run), workers, metadata)
+        tally = _Tally()
+        todo = run.todo
+        for attempt in range(1, RAY_ATTEMPTS + 1):
+            failure = _attempt(replace(run, todo=todo), spec, plan, tally, progress)
+            if failure is None:
+                break
+            done = run.committer.completed(todo)
+            todo = [f for f in todo if f.relpath not in done]
+            _warn(failure, left=len(todo), attempt=attempt)
+            if not todo:
+                break
+            if attempt == RAY_ATTEMPTS:
+                with translated("ray", f"the Ray job failed {RAY_ATTEMPTS} times"):
+                    raise failure
+        tally.count_unreported(run, progress)
+        return Scored(_journaled(run), tally.workers, tally.metadata)
+
+
+ENGINE = register(RayEngine())
+
+#: Ray jobs one run may take: after a failure of Ray's own (a lost or cancelled actor,
+#: a dead node), the files the journal does not prove done go to a fresh job.
+RAY_ATTEMPTS = 3
+
+
+@dataclass
+class _Tally:
+    """What Ray reported over a run's jobs: rows per worker, files, the metadata."""
+
+    workers: dict[str, int] = field(default_factory=dict)
+    reported: set[int] = field(default_factory=set)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def add(self, row: Mapping[str, Any], progress: RunProgress) -> None:
+        self.workers[row["worker"]] = self.workers.get(row["worker"], 0) + int(row["rows"])
+        self.reported.add(int(row["fragment"]))
+        self.metadata = self.metadata or json.loads(row["metadata"])
+        progress.advance(int(row["rows"]))
+
+    def count_unreported(self, run: Run, progress: RunProgress) -> None:
+        """Rows of files the journal proves done whose worker Ray never reported (its job
+        failed after they were journaled): counted for nobody, not lost."""
+        missing = [f for f in run.todo if f.index not in self.reported]
+        done = run.committer.completed(missing) if missing else {}
+        rows = sum(done[f.relpath].rows for f in missing if f.relpath in done)
+        if rows:
+            self.workers[_UNREPORTED] = rows
+            progress.advance(rows)
+
+
+def _attempt(
+    run: Run, spec: _Spec, plan: WorkerPlan, tally: _Tally, progress: RunProgress
+) -> BaseException | None:
+    """One Ray job over ``run.todo``: None when it finished, else Ray's own failure (a
+    file's error, ours or the OS's, is raised as it was)."""
+    import ray
+
+    with translated("ray", "the Ray job failed"):
+        rows = iter(_scored_files(run, spec, plan).iter_rows())
+        try:
+            for row in rows:
+                if row["error"]:
+                    raise _raised(row["error"], worker=row["worker"])
+                tally.add(row, progress)
+        except ray.exceptions.RayError as exc:
+            ours = _ours(exc)
+            if ours is not None:
+                raise ours from exc
+            return exc
+        finally:  # stops the job and frees its actors now, not when collected
+            getattr(rows, "close", lambda: None)()
+    return None
+
+
+def _warn(failure: BaseException, *, left: int, attempt: int) -> None:
+    """Ray's failure, in one line, and what follows from it."""
+    what = f"the Ray job failed ({type(failure).__name__}: {cause_line(failure, first_line=True)})"
+    if not left:
+        then = "every file was scored and journaled: publishing"
+    elif attempt < RAY_ATTEMPTS:
+        then = f"{left} file(s) not journaled go to a new job ({attempt + 1} of {RAY_ATTEMPTS})"
+    else:
+        return  # raised by the caller
+    logging.getLogger(__name__).warning("%s; %s", what, then)
 
 
 ENGINE = register(RayEngine())
@@ -400,27 +470,6 @@ def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus or None,
     )
-
-
-def _finished_anyway(
-    run: Run, exc: BaseException, workers: dict[str, int], progress: RunProgress
-) -> bool:
-    """Whether the journal proves every file done although Ray's job failed: on a busy
-    cluster Ray Data can cancel an actor that never started once the others have done
-    every file, and report that as the job's failure.  The journal, not Ray, is the
-    proof of a file; rows Ray did not report are counted as such."""
-    done = run.committer.completed(run.todo)
-    if any(f.relpath not in done for f in run.todo):
-        return False
-    unreported = sum(done[f.relpath].rows for f in run.todo) - sum(workers.values())
-    if unreported > 0:
-        workers[_UNREPORTED] = unreported
-        progress.advance(unreported)
-    logging.getLogger(__name__).warning(
-        "Ray reported %s after every file was scored and journaled: publishing",
-        type(exc).__name__,
-    )
-    return True
 
 
 #: Rows of files the journal proves done whose worker Ray did not report.

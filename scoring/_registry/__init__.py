@@ -19,6 +19,6 @@ from __future__ import annotations
 
 from .samples import read_sample
 from .schema import ModelVersion
-from .store import ModelStore, parse_ref
+from .store import ModelStore, parse_ref, root_url
 
-__all__ = ["ModelStore", "ModelVersion", "parse_ref", "read_sample"]
+__all__ = ["ModelStore", "ModelVersion", "parse_ref", "read_sample", "root_url"]

@@ -48,6 +48,14 @@ class ArtifactStore:
                 f"registry root {self.url!r} is not writable ({exc.__class__.__name__}: {exc}); "
                 "point --registry or SCORING_HOME at a directory you can write"
             ) from exc
+        except Exception as exc:  # an object store's client: no credentials, no endpoint
+            if self.is_local:
+                raise
+            raise RegistryAccessError(
+                f"registry root {self.url!r} cannot be reached ({exc.__class__.__name__}: "
+                f"{exc}); give the store's endpoint and credentials with --storage-option "
+                "(or the store's own environment variables)"
+            ) from exc
 
     @staticmethod
     def key_for(sha256: str, filename: str) -> str:

@@ -21,13 +21,14 @@ import sqlalchemy as sa
 from .._bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
 from .._frameworks import framework_named
 from .._parity import Verification
+from .._stores import configured, store_config
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
 from . import db
 from .samples import sample_from_bytes, sample_to_bytes
 from .schema import ModelVersion
 from .storage import ArtifactStore
 
-__all__ = ["ModelStore", "parse_ref"]
+__all__ = ["ModelStore", "parse_ref", "root_url"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _INSERT_ATTEMPTS = 20
@@ -81,6 +82,11 @@ def _check_name(value: str, what: str) -> None:
         )
 
 
+def root_url(uri: str | os.PathLike[str] | None) -> str:
+    """The registry's artifact root: ``uri``, else ``$SCORING_HOME``, else ``./.scoring``."""
+    return str(uri or os.environ.get("SCORING_HOME") or "./.scoring")
+
+
 class ModelStore:
     """Model versions in a root directory or fsspec URL, metadata in a SQL database.
 
@@ -88,13 +94,21 @@ class ModelStore:
     ``db_url``: any SQLAlchemy URL (default ``$SCORING_REGISTRY_DB``, else SQLite in the
     root for local roots, in process memory for ``memory://`` roots); other remote roots
     need one, since SQLite cannot live in an object store.
+    ``storage_options``: the root's fsspec options (see :mod:`scoring._stores`).
     """
 
-    def __init__(self, uri: str | os.PathLike[str] | None = None, *, db_url: str | None = None):
-        root = str(uri or os.environ.get("SCORING_HOME") or "./.scoring")
+    def __init__(
+        self,
+        uri: str | os.PathLike[str] | None = None,
+        *,
+        db_url: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ):
+        root = root_url(uri)
         db_url = db_url or os.environ.get("SCORING_REGISTRY_DB") or None
         _check_root(root, db_url)
-        self.store = ArtifactStore(root)
+        with configured(store_config(storage_options, [root])):
+            self.store = ArtifactStore(root)
         self.uri = root
         self.store.ensure_writable()
         if db_url is not None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 import typer
@@ -13,7 +15,8 @@ import typer
 from ..errors import ConfigError, ScoringError
 
 __all__ = [
-    "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "VERIFY_HELP", "debugging", "fail", "reported",
+    "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION", "VERIFY_HELP", "debugging",
+    "fail", "key_values", "reported",
 ]  # fmt: skip
 
 VERIFY_HELP = "a rerun into a complete output checks its files' sha256, not only sizes"
@@ -30,6 +33,34 @@ REGISTRY_DB_OPTION = typer.Option(
     help="registry database: a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/scoring "
     "(default SQLite in a local root; a remote root needs one)",
 )
+
+STORAGE_OPTION = typer.Option(
+    [],
+    "--storage-option",
+    help="KEY=VALUE, an fsspec option of the object stores used (repeatable), e.g. "
+    "endpoint_url=http://host:9000 or profile=prod; PROTOCOL.KEY=VALUE for one protocol",
+)
+
+
+def key_values(
+    pairs: list[str], *, command: str, option: str, typed: bool = True
+) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs of a repeated option; with ``typed``, a value that reads as
+    JSON (``false``, ``3``, ``{"region_name": "eu-west-1"}``) is taken as such."""
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise fail(command, f"{option} {pair!r} is not KEY=VALUE", code=2)
+        found[key.strip()] = _json_or_text(text) if typed else text
+    return found
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def fail(command: str, message: str, *, code: int = 1) -> typer.Exit:

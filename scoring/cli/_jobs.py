@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
-from ._common import VERIFY_HELP, fail, reported
+from ._common import STORAGE_OPTION, VERIFY_HELP, fail, key_values, reported
 
 if TYPE_CHECKING:
     from ..jobs import JobSpec
@@ -29,9 +29,11 @@ _REGISTRY_DB = typer.Option(
 )
 
 
-def _load(path: Path, command: str, registry: str | None, registry_db: str | None) -> JobSpec:
+def _load(
+    path: Path, command: str, registry: str | None, registry_db: str | None, storage: list[str]
+) -> JobSpec:
     """The job file, with the registry options given on the command line (or in the
-    environment) in place of its own."""
+    environment) in place of its own, and its storage options with those given added."""
     from ..errors import JobFileError
     from ..jobs import EXIT_USAGE, load_job
 
@@ -39,7 +41,9 @@ def _load(path: Path, command: str, registry: str | None, registry_db: str | Non
         spec = load_job(path)
     except JobFileError as exc:
         raise fail(command, str(exc), code=EXIT_USAGE) from None
-    given = {"registry": registry, "registry_db": registry_db}
+    given: dict[str, Any] = {"registry": registry, "registry_db": registry_db}
+    stores = key_values(storage, command=command, option="--storage-option")
+    given["storage_options"] = {**spec.storage_options, **stores}
     return spec.model_copy(update={k: v for k, v in given.items() if v is not None})
 
 
@@ -47,11 +51,12 @@ def plan(
     job: Path = typer.Argument(..., help="job file (TOML)"),
     registry: str | None = _REGISTRY,
     registry_db: str | None = _REGISTRY_DB,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Count rows, measure throughput, and say whether JOB meets its deadline (exit 3 if not)."""
     from ..jobs import EXIT_INFEASIBLE, make_plan
 
-    spec = _load(job, "plan", registry, registry_db)
+    spec = _load(job, "plan", registry, registry_db, storage_option)
     with reported("plan"):
         result = make_plan(spec)
     print(result.summary())
@@ -65,13 +70,14 @@ def run(
     verify: bool = typer.Option(False, help=VERIFY_HELP),
     registry: str | None = _REGISTRY,
     registry_db: str | None = _REGISTRY_DB,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
     from ..errors import DeadlineError
     from ..jobs import EXIT_INFEASIBLE, EXIT_LATE, run_job
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
-    spec = _load(job, "run", registry, registry_db)
+    spec = _load(job, "run", registry, registry_db, storage_option)
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
     with reported("run"):

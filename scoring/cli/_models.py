@@ -12,7 +12,14 @@ from rich.table import Table
 from .._catalog import Registry
 from .._parity import Verification
 from .._registry import ModelVersion
-from ._common import REGISTRY_DB_OPTION, REGISTRY_OPTION, fail, reported
+from ._common import (
+    REGISTRY_DB_OPTION,
+    REGISTRY_OPTION,
+    STORAGE_OPTION,
+    fail,
+    key_values,
+    reported,
+)
 
 __all__ = ["models_app"]
 
@@ -28,14 +35,9 @@ def _describe(mv: ModelVersion, check: Verification) -> str:
     )
 
 
-def _parse_tags(pairs: list[str]) -> dict[str, str]:
-    tags = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise fail("models register", f"--tag {pair!r} is not KEY=VALUE", code=2)
-        tags[key] = value
-    return tags
+def _registry(command: str, root: str | None, db_url: str | None, options: list[str]) -> Registry:
+    stores = key_values(options, command=f"models {command}", option="--storage-option")
+    return Registry(root, db_url=db_url, storage_options=stores)
 
 
 @models_app.command()
@@ -48,11 +50,12 @@ def register(
     trusted: bool = typer.Option(False, help="allow a pickle file (runs its code on load)"),
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Import, store and verify a model file; prints NAME@VERSION."""
-    tags = _parse_tags(tag)
+    tags = key_values(tag, command="models register", option="--tag", typed=False)
     with reported("models register"):
-        mv = Registry(registry, db_url=registry_db).register(
+        mv = _registry("register", registry, registry_db, storage_option).register(
             name, path, sample=sample, tags=tags, description=description, trusted=trusted
         )
     for check in mv.verification.values():
@@ -62,11 +65,13 @@ def register(
 
 @models_app.command("list")
 def list_models(
-    registry: str | None = REGISTRY_OPTION, registry_db: str | None = REGISTRY_DB_OPTION
+    registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Every model with its latest version, aliases and verification."""
     with reported("models list"):
-        reg = Registry(registry, db_url=registry_db)
+        reg = _registry("list", registry, registry_db, storage_option)
         latest = reg.list()
         aliases = {mv.name: _aliases(reg, mv.name) for mv in latest}
     table = Table(title=f"models in {reg.uri}")
@@ -95,10 +100,11 @@ def show(
     ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Everything recorded about one version, as JSON."""
     with reported("models show"):
-        mv = Registry(registry, db_url=registry_db).get(ref)
+        mv = _registry("show", registry, registry_db, storage_option).get(ref)
     print(json.dumps(mv.to_dict(), indent=2))
 
 
@@ -110,10 +116,12 @@ def alias(
     force: bool = typer.Option(False, help="promote even if verification failed"),
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Point NAME@ALIAS at VERSION."""
     with reported("models alias"):
-        Registry(registry, db_url=registry_db).set_alias(name, alias_name, version, force=force)
+        reg = _registry("alias", registry, registry_db, storage_option)
+        reg.set_alias(name, alias_name, version, force=force)
     print(f"{name}@{alias_name} -> {version}")
 
 
@@ -122,10 +130,11 @@ def verify(
     ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Re-run parity verification on this machine's devices and record it."""
     with reported("models verify"):
-        mv = Registry(registry, db_url=registry_db).verify(ref)
+        mv = _registry("verify", registry, registry_db, storage_option).verify(ref)
     for check in mv.verification.values():
         print(_describe(mv, check))
     if not mv.verified:

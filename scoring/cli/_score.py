@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.console import Console
 
-from ._common import REGISTRY_DB_OPTION, REGISTRY_OPTION, VERIFY_HELP, fail, reported
+from ._common import (
+    REGISTRY_DB_OPTION,
+    REGISTRY_OPTION,
+    STORAGE_OPTION,
+    VERIFY_HELP,
+    key_values,
+    reported,
+)
 
 __all__ = ["score"]
-
-
-def _value(text: str) -> object:
-    """An option's value: a number, true/false or a JSON object where it reads as one,
-    else the text itself."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def _columns(value: str) -> list[str]:
@@ -50,6 +46,7 @@ def score(
     verify: bool = typer.Option(False, help=VERIFY_HELP),
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from .._engines import score_parquet
@@ -58,13 +55,14 @@ def score(
     # Shorthands for common engine options; the engine refuses one it does not take.
     named = {"address": ray_address, "num_workers": workers, "master": spark_master}
     options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
-    for pair in option:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise fail("score", f"--engine-option {pair!r} is not KEY=VALUE", code=2)
-        options[key] = _value(value)
+    options.update(key_values(option, command="score", option="--engine-option"))
+    stores = key_values(storage_option, command="score", option="--storage-option")
     with reported("score"):
-        store = ModelStore(registry, db_url=registry_db) if registry_db else registry
+        store = (  # else opened only for a registry reference, not for a model file
+            ModelStore(registry, db_url=registry_db, storage_options=stores)
+            if registry_db
+            else registry
+        )
         result = score_parquet(
             input,
             output,
@@ -78,5 +76,6 @@ def score(
             overwrite=overwrite,
             verify=verify,
             engine_options=options,
+            storage_options=stores,
         )
     Console(stderr=True).print(f"scored {result.summary()}")

@@ -30,6 +30,7 @@ from .._engines.local import parallel_calls
 from .._model import CompiledModel, compile_model
 from .._registry import ModelStore
 from .._scorer import Scorer
+from .._stores import configured
 from .._version import __version__
 from ._spec import JobSpec
 
@@ -105,7 +106,8 @@ class Planned(NamedTuple):
 
 def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
     """The plan for ``spec`` starting at ``start`` (default: now)."""
-    return plan_and_model(spec, start=start).plan
+    with configured(spec.stores()):
+        return plan_and_model(spec, start=start).plan
 
 
 def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
@@ -115,7 +117,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     began = time.perf_counter()
     data = open_input(spec.input)
     listing = time.perf_counter() - began
-    store = ModelStore(spec.registry, db_url=spec.registry_db)
+    store = ModelStore(spec.registry, db_url=spec.registry_db,
+                       storage_options=spec.storage_options)  # fmt: skip
     began = time.perf_counter()
     source = resolve_model(spec.model, registry=store, device=spec.device,
                            backend=spec.backend, local=engine.local)  # fmt: skip

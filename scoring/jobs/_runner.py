@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
+from .._stores import configured
 from ..errors import (
     CompileError,
     ConfigError,
@@ -89,6 +90,13 @@ def run_job(
     when the plan cannot meet the deadline.  ``start`` (default: now) is the job's
     nominal start, from which a duration deadline counts; ``on_plan`` sees the plan
     before anything runs."""
+    with configured(spec.stores()):
+        return _run(spec, progress=progress, start=start, on_plan=on_plan)
+
+
+def _run(
+    spec: JobSpec, *, progress: bool, start: datetime | None, on_plan: Callable[[Plan], None] | None
+) -> JobOutcome:
     start = start or datetime.now(timezone.utc)
     plan: Plan | None = None
     try:
@@ -133,6 +141,7 @@ def _with_retries(
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 verify=spec.verify, registry=spec.registry,
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
+                storage_options=spec.storage_options,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:

@@ -16,6 +16,11 @@
     workers = "auto"                            # or a number (engines with workers)
     retries = 1                                 # reruns after a failure (they resume)
     verify = false                              # a complete output's files: sha256, not sizes
+    registry = "s3://models/registry"           # default $SCORING_HOME, else ./.scoring
+    registry_db = "postgresql+psycopg://scoring@db/registry"
+
+    [storage_options]                           # fsspec's, for the job's object stores
+    endpoint_url = "http://minio:9000"          # s3.endpoint_url: for s3:// URLs only
 
     [resources]                                 # per worker (ray: actors; spark: tasks)
     cpus = 1.0
@@ -48,6 +53,8 @@ from pydantic import (
 )
 
 from .._engines import ENGINES
+from .._registry import root_url
+from .._stores import StoreConfig, store_config
 from ..errors import JobFileError
 
 if sys.version_info >= (3, 11):
@@ -108,6 +115,7 @@ class JobSpec(_EngineTables):
     verify: bool = False
     registry: str | None = None
     registry_db: str | None = None  # a SQLAlchemy URL (see scoring.Registry's db_url)
+    storage_options: dict[str, Any] = Field(default_factory=dict)  # see scoring._stores
     resources: Resources = Resources()
 
     @field_validator("engine")
@@ -155,6 +163,11 @@ class JobSpec(_EngineTables):
                               microsecond=0)  # fmt: skip
         days = (today + timedelta(days=d) for d in (-1, 0, 1))  # yesterday's may be the one
         return next(at for at in days if at >= local - _LATE_WINDOW).astimezone(timezone.utc)
+
+    def stores(self) -> StoreConfig:
+        """fsspec's options for the job's object stores (its ``[storage_options]``)."""
+        urls = [self.input, self.output, root_url(self.registry)]
+        return store_config(self.storage_options, urls)
 
     def engine_options(self) -> dict[str, Any]:
         """``score_parquet``'s engine options: the engine's table, workers, resources."""
