@@ -87,3 +87,9 @@ class RunProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

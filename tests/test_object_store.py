@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import subprocess
+import sys
 from typing import Any
 
 import fsspec
@@ -27,7 +29,7 @@ from scoring.cli import app
 from scoring.errors import ConfigError, DependencyError
 
 from .conftest import built
-from .test_score_parquet import assert_native_parity, model_frame
+from .test_score_parquet import KILL_SCRIPT, assert_native_parity, model_frame
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,6 +115,28 @@ def test_a_local_job_on_s3_resumes_and_scores_every_row_once(s3_bucket: str) -> 
     out = read_s3(f"{s3_bucket}/out")
     assert out["id"].tolist() == list(range(3000))  # every row exactly once
     assert_native_parity(out.drop(columns="id"), "lgb_clf", X)
+
+
+def test_a_local_job_on_s3_killed_between_files_resumes_on_its_rerun(
+    s3_bucket: str, tmp_path: Any
+) -> None:
+    """The process dies after journaling two of five files; the rerun sees the journal
+    afresh, scores the other three and publishes every row once."""
+    model, X = model_frame("lgb_reg", rows=5000)
+    write_s3_input(X, f"{s3_bucket}/in", files=5)
+    model.booster_.save_model(tmp_path / "model.txt")
+    args = [f"{s3_bucket}/in", f"{s3_bucket}/out", str(tmp_path / "model.txt")]
+    killed = subprocess.run([sys.executable, "-c", KILL_SCRIPT, *args], capture_output=True)
+    assert killed.returncode == 9, killed.stderr.decode()[-2000:]
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    assert not fs.exists(f"{s3_bucket}/out/_SUCCESS")
+    assert len(fs.glob(f"{s3_bucket}/out/_temporary/_journal/*.json")) == 2
+    result = scoring.score_parquet(*args, keep=["id"], progress=False)
+    assert result.rows_skipped == 2000 and result.rows == 3000
+    out = read_s3(f"{s3_bucket}/out")
+    assert out["id"].tolist() == list(range(5000))  # every row exactly once
+    assert_native_parity(out.drop(columns="id"), "lgb_reg", X)
 
 
 def test_spark_on_s3_names_the_connector_it_lacks(s3_bucket: str, tmp_path: Any) -> None:

@@ -65,6 +65,9 @@ def _ray(*args: str) -> None:
     # No AWS settings: actors reach S3 only with the options their job ships them.
     nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     nodes["RAY_AUTH_MODE"] = "disabled"
+    # Workers at Ray's default niceness (15) get a few percent of a CPU beside other work,
+    # as on this busy test machine; scoring.ray.connect() starts its own clusters so too.
+    nodes["RAY_worker_niceness"] = "0"
     done = subprocess.run([RAY, *args], capture_output=True, text=True, env=nodes)
     if done.returncode != 0:
         pytest.fail(f"ray {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")

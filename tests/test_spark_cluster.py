@@ -78,8 +78,8 @@ def _wait_for_worker(ui: int, started: list[subprocess.Popen[bytes]], logs: Path
                 state = json.load(answer)
             if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
                 return
-        except OSError:
-            pass  # the master's web UI is not up yet
+        except (OSError, ValueError):
+            pass  # the master's web UI is not up yet, or answers before it has a page
         for process, name in zip(started, ("master", "worker"), strict=False):
             if process.poll() is not None:
                 tail = (logs / f"{name}.log").read_text()[-2000:]

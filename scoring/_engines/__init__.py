@@ -103,10 +103,8 @@ def score_parquet(
             tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
             if on_progress is not None:
                 tracker.listeners.append(on_progress)
-            try:
+            with tracker:
                 scored = runner.run(run, source=source, options=options, progress=tracker)
-            finally:
-                tracker.close()
             lease.check()
             files = publish(run, scored, engine=runner)
         finally:

@@ -64,6 +64,8 @@ __all__ = [
 CPU_WORKER_THREADS = 4
 #: Most of a CPU a GPU actor asks for; it mostly waits on the device and on I/O.
 GPU_WORKER_CPUS = 1.0
+#: Deaths of starting actors in a row that a Ray Data job survives (see :func:`connect`).
+ACTOR_INIT_DEATHS = 4
 #: Rows per batch handed to an actor by ``score_dataset`` unless told otherwise.
 DATASET_BATCH_ROWS = 131_072
 
@@ -98,9 +100,15 @@ def connect(address: str | None = None) -> None:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         except ConnectionError as exc:
             raise EngineError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
+    context = ray.data.DataContext.get_current()
+    # Ray Data drops a pending actor when it scales a pool down (a busy node, the input
+    # running out) and then counts that actor's cancellation as a death during
+    # initialisation, which by default fails the job at the first: tolerate a few.
+    if 0 <= context.max_consecutive_actor_init_deaths < ACTOR_INIT_DEATHS:
+        context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     # Our own progress and summary replace Ray Data's per-operator bars and its
     # execution log lines (and the notice that its bars are off).
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context.enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
