@@ -1,4 +1,5 @@
-"""Progress of a scoring run: a rich bar on a terminal, plain log lines otherwise.
+"""Progress of a scoring run: a rich bar on a terminal, otherwise (a log) one line
+every ``LOG_EVERY_S`` seconds, stamped with the UTC time.
 
 Every update is also kept as a ``(seconds, rows)`` point, the timeline that reports
 plot against the deadline.
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from rich.progress import (
@@ -74,9 +76,10 @@ class RunProgress:
             elif self.enabled and time.perf_counter() - self._last_log >= LOG_EVERY_S:
                 self._last_log = time.perf_counter()
                 eta = (self.total - self.rows) / rate if rate > 0 else float("inf")
+                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 print(
-                    f"{self.label}: {self.rows:,}/{self.total:,} rows, {rate:,.0f} rows/s, "
-                    f"ETA {eta:,.0f} s",
+                    f"{stamp} {self.label}: {self.rows:,}/{self.total:,} rows, "
+                    f"{rate:,.0f} rows/s, ETA {eta:,.0f} s",
                     file=self.stream,
                     flush=True,
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -90,6 +91,28 @@ def test_an_unset_variable_anywhere_is_a_job_file_error(
     assert not (tmp_path / "out").exists()
     monkeypatch.setenv("SCORING_TEST_UNSET", "2026-11-22")
     assert "2026-11-22" in str(load_job(path).model_dump()[key])
+
+
+def test_what_a_run_says_in_a_log_is_one_stamped_line_each(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a terminal (cron, Airflow): the summary is one line however long, not wrapped
+    at 80 columns, and each progress line starts with the UTC time."""
+    import scoring._progress
+
+    monkeypatch.setattr(scoring._progress, "LOG_EVERY_S", 0.0)
+    write_rows(tmp_path / "in", 20_000)
+    output = tmp_path / ("scores-of-a-long-nightly-job-name-" * 3) / "date=2026-11-22"
+    result = runner.invoke(app, ["run", str(job_file(tmp_path, registry, output=str(output)))])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    summary = next(line for line in lines if line.startswith("scored "))
+    assert summary.endswith(f"-> {output}") and len(summary) > 200
+    progress = [line for line in lines if " scoring: " in line and "rows/s, ETA" in line]
+    assert progress and all(
+        re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 scoring: [\d,]+/20,000 rows", line)
+        for line in progress
+    ), progress
 
 
 def test_storage_options_for_no_object_store_are_refused(tmp_path: Path, registry: Any) -> None:

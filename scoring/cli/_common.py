@@ -11,13 +11,19 @@ from typing import Any
 
 import click
 import typer
+from rich.console import Console
 
 from ..errors import ConfigError, ScoringError
 
 __all__ = [
     "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION", "VERIFY_HELP", "debugging",
-    "fail", "key_values", "reported",
+    "fail", "key_values", "messages", "reported",
 ]  # fmt: skip
+
+#: What commands say on stderr (plans, summaries, report paths).  A line stays one line
+#: when stderr is a log, not a terminal: rich would wrap it at 80 columns, and a log
+#: reader (grep, Airflow's task log) then finds half a summary.
+messages = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 VERIFY_HELP = "a rerun into a complete output checks its files' sha256, not only sizes"
 REGISTRY_OPTION = typer.Option(

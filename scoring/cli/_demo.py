@@ -16,13 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import typer
-from rich.console import Console
 
-from ._common import REGISTRY_OPTION, reported
+from ._common import REGISTRY_OPTION, messages, reported
 
 __all__ = ["demo"]
 
-console = Console(stderr=True)
 FILES = 8
 
 
@@ -45,12 +43,12 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
 
     start = time.perf_counter()
     reg = Registry(registry)
-    console.print(f"training the reference model {DEMO_RECIPE.name} ...")
+    messages.print(f"training the reference model {DEMO_RECIPE.name} ...")
     model = DEMO_RECIPE.build()
     mv = reg.register("demo-reference", model, description="scoring demo: XGBoost 500x8")
     reg.set_alias("demo-reference", "production", mv.version)
     check = mv.verification["cpu"]
-    console.print(
+    messages.print(
         f"registered {mv.ref} in {reg.uri} (verification on cpu: "
         f"{'passed' if check.passed else 'FAILED'}, max error {check.max_error:.1e})"
     )
@@ -58,18 +56,18 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     shutil.rmtree(work, ignore_errors=True)  # the demo's own files, rebuilt every run
     X, _ = make_data(DEMO_RECIPE, seed=1, n_rows=rows)
     _write_input(np.asarray(X, dtype=np.float32), work / "input")
-    console.print(f"wrote {rows:,} rows of Parquet to {work / 'input'}")
+    messages.print(f"wrote {rows:,} rows of Parquet to {work / 'input'}")
     spec = JobSpec.model_validate({  # jobs/demo.toml, for this registry root
         "name": "demo", "model": "demo-reference@production", "registry": reg.uri,
         "input": str(work / "input"), "output": str(work / "output"), "engine": "local",
         "deadline": "3m", "keep": ["id"], "device": device, "backend": backend,
     })  # fmt: skip
-    outcome = run_job(spec, on_plan=lambda plan: console.print(plan.summary()))
-    console.print(f"scored {outcome.report.summary()}")
-    console.print(f"report: {outcome.report_files[1]}")
+    outcome = run_job(spec, on_plan=lambda plan: messages.print(plan.summary()))
+    messages.print(f"scored {outcome.report.summary()}")
+    messages.print(f"report: {outcome.report_files[1]}")
     error = _parity(work / "output", model, np.asarray(X, dtype=np.float32))
-    console.print(f"published scores vs XGBoost's own predict_proba: max error {error:.1e}")
-    console.print(f"demo done in {time.perf_counter() - start:.1f} s")
+    messages.print(f"published scores vs XGBoost's own predict_proba: max error {error:.1e}")
+    messages.print(f"demo done in {time.perf_counter() - start:.1f} s")
 
 
 def _write_input(X: np.ndarray, path: Path) -> None:

@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
-from ._common import STORAGE_OPTION, VERIFY_HELP, fail, key_values, reported
+from ._common import STORAGE_OPTION, VERIFY_HELP, fail, key_values, messages, reported
 
 if TYPE_CHECKING:
     from ..jobs import JobSpec
 
 __all__ = ["plan", "run"]
 
-console = Console(stderr=True)
 
 # In place of the job file's keys; SCORING_HOME and SCORING_REGISTRY_DB come after it.
 _REGISTRY = typer.Option(None, "--registry", help="registry root, in place of the job file's")
@@ -82,10 +80,12 @@ def run(
         spec = spec.model_copy(update={"verify": True})
     with reported("run"):
         try:
-            outcome = run_job(spec, progress=progress, on_plan=lambda p: console.print(p.summary()))
+            outcome = run_job(
+                spec, progress=progress, on_plan=lambda p: messages.print(p.summary())
+            )
         except DeadlineError as exc:  # before anything is written
             raise fail("run", f"refused: {exc}", code=EXIT_INFEASIBLE) from None
-    console.print(f"scored {outcome.report.summary()}")
-    console.print(f"report: {outcome.report_files[1]}")
+    messages.print(f"scored {outcome.report.summary()}")
+    messages.print(f"report: {outcome.report_files[1]}")
     if outcome.late:
         raise fail("run", "finished after the deadline", code=EXIT_LATE)

@@ -18,6 +18,7 @@ from ._common import (
     STORAGE_OPTION,
     fail,
     key_values,
+    messages,
     reported,
 )
 
@@ -59,7 +60,7 @@ def register(
             name, path, sample=sample, tags=tags, description=description, trusted=trusted
         )
     for check in mv.verification.values():
-        Console(stderr=True).print(_describe(mv, check))
+        messages.print(_describe(mv, check))
     print(mv.ref)
 
 

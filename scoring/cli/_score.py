@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
 from ._common import (
     REGISTRY_DB_OPTION,
@@ -11,6 +10,7 @@ from ._common import (
     STORAGE_OPTION,
     VERIFY_HELP,
     key_values,
+    messages,
     reported,
 )
 
@@ -78,4 +78,4 @@ def score(
             engine_options=options,
             storage_options=stores,
         )
-    Console(stderr=True).print(f"scored {result.summary()}")
+    messages.print(f"scored {result.summary()}")
