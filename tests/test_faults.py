@@ -15,13 +15,18 @@ live beside that stage's other tests:
   registry database and a truncated LightGBM file at the command line: here; the same
   boundaries in the SDK: ``test_errors.py``, ``test_compile.py``
 - job files (``${VAR}`` unset anywhere, a failed run's report): ``test_jobs.py``
+- Ctrl-C and SIGTERM (a scheduler stopping the job) at the command line: here
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -213,3 +218,35 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
     assert not Path(job["output"]).exists() or not list(Path(job["output"]).rglob("*.parquet"))
     path.write_bytes(text)  # the model saved again: the same command now scores
     assert _cli_score(job).exit_code == 0 and _ids(job["output"]) == list(range(2000))
+
+
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_command_says_what_was_done_and_the_rerun_finishes(
+    tmp_path: Path, sent: signal.Signals, status: int
+) -> None:
+    """Stopped once a file is journaled: exit 128 + the signal, one line naming it and
+    the rows written, nothing published; the same command then resumes."""
+    model, X = model_frame("lgb_clf", rows=60_000)
+    write_input(X, tmp_path / "in", files=30)
+    model.booster_.save_model(tmp_path / "model.txt")
+    command = [str(Path(sys.executable).parent / "scoring"), "score", "--keep", "id",
+               "--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
+               "--output", str(tmp_path / "out"), "--backend", "native"]  # fmt: skip
+    first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    journal = tmp_path / "out" / "_temporary" / "_journal"
+    while not (journal.exists() and any(journal.glob("*.json"))):  # the event: a file done
+        assert first.poll() is None, first.communicate()[1][-2000:]
+        time.sleep(0.01)
+    first.send_signal(sent)
+    _, said = first.communicate()
+    assert first.returncode == status, said[-2000:]
+    last = said.strip().splitlines()[-1]
+    assert last.startswith(f"scoring score: stopped by {sent.name} after ") and last.endswith(
+        "the files already written are journaled, and the same command resumes from them"
+    )
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    rerun = runner.invoke(app, command[1:])
+    assert rerun.exit_code == 0, rerun.output
+    assert "rows resumed" in " ".join(rerun.output.split())
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert sorted(ids.tolist()) == list(range(60_000))

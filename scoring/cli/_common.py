@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,7 +19,7 @@ from ..errors import ConfigError, ScoringError
 
 __all__ = [
     "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION", "VERIFY_HELP", "debugging",
-    "fail", "key_values", "messages", "reported",
+    "RowsWritten", "Terminated", "fail", "key_values", "messages", "reported",
 ]  # fmt: skip
 
 #: What commands say on stderr (plans, summaries, report paths).  A line stays one line
@@ -79,28 +81,82 @@ def debugging() -> bool:
     return os.environ.get("SCORING_DEBUG", "") not in ("", "0")
 
 
+class Terminated(BaseException):
+    """SIGTERM (a scheduler stopping the job), raised where Ctrl-C raises
+    KeyboardInterrupt; not an Exception, so that nothing on the way takes it for an
+    error to handle."""
+
+
+class RowsWritten:
+    """An ``on_progress`` listener keeping the rows written so far, for the message of a
+    command stopped by a signal."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def __call__(self, seconds: float, rows: int) -> None:
+        self.rows = rows
+
+
+#: Exit statuses of a command stopped by a signal: 128 + its number, as shells report.
+STOPPED = {KeyboardInterrupt: ("SIGINT", 130), Terminated: ("SIGTERM", 143)}
+
+
 @contextmanager
-def reported(command: str) -> Iterator[None]:
+def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[None]:
     """Turn an error into its one-line reason on stderr and exit status 1 (2 for a usage
-    mistake); the traceback of an unexpected one only with ``--debug``."""
+    mistake); the traceback of an unexpected one only with ``--debug``.  Ctrl-C and
+    SIGTERM stop the command with 130 and 143, saying what was done (``written``: a run
+    that a rerun resumes)."""
+    with _terminable():
+        try:
+            yield
+        except (KeyboardInterrupt, Terminated) as exc:
+            name, code = STOPPED[type(exc)]
+            raise fail(command, _stopped(name, written), code=code) from None
+        except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
+            raise fail(command, _one_line(exc), code=2) from None
+        except ScoringError as exc:
+            raise fail(command, _one_line(exc)) from None
+        except (typer.Exit, click.ClickException, click.Abort):  # the command's own exits
+            raise
+        except OSError as exc:  # disk full, no permission, a file gone from under us
+            if debugging():
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise fail(command, f"{exc.strerror or _one_line(exc)}{where}") from None
+        except Exception as exc:
+            if debugging():
+                raise
+            hint = "rerun with --debug (or SCORING_DEBUG=1) for the traceback"
+            reason = f"unexpected {type(exc).__name__}: {_one_line(exc)}; {hint}"
+            raise fail(command, reason) from None
+
+
+def _stopped(signal_name: str, written: RowsWritten | None) -> str:
+    if written is None:
+        return f"stopped by {signal_name}"
+    return (
+        f"stopped by {signal_name} after {written.rows:,} rows: nothing was published; the "
+        "files already written are journaled, and the same command resumes from them"
+    )
+
+
+@contextmanager
+def _terminable() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread while the command runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(number: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         yield
-    except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
-        raise fail(command, _one_line(exc), code=2) from None
-    except ScoringError as exc:
-        raise fail(command, _one_line(exc)) from None
-    except (typer.Exit, click.ClickException, click.Abort):  # the command's own exits
-        raise
-    except OSError as exc:  # disk full, no permission, a file gone from under us
-        if debugging():
-            raise
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise fail(command, f"{exc.strerror or _one_line(exc)}{where}") from None
-    except Exception as exc:
-        if debugging():
-            raise
-        hint = "rerun with --debug (or SCORING_DEBUG=1) for the traceback"
-        raise fail(command, f"unexpected {type(exc).__name__}: {_one_line(exc)}; {hint}") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,7 +1,8 @@
 """``scoring plan JOB`` and ``scoring run JOB``: a job file, against its deadline.
 
 Exit codes: 0 done in time (plan: feasible), 1 failed, 2 usage (a bad job file),
-3 the deadline cannot be met (nothing written), 4 finished after the deadline.
+3 the deadline cannot be met (nothing written), 4 finished after the deadline,
+130/143 stopped by SIGINT/SIGTERM (a rerun resumes).
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._common import STORAGE_OPTION, VERIFY_HELP, fail, key_values, messages, reported
+from ._common import (
+    STORAGE_OPTION,
+    VERIFY_HELP,
+    RowsWritten,
+    fail,
+    key_values,
+    messages,
+    reported,
+)
 
 if TYPE_CHECKING:
     from ..jobs import JobSpec
@@ -78,11 +87,11 @@ def run(
     spec = _load(job, "run", registry, registry_db, storage_option)
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
-    with reported("run"):
+    written = RowsWritten()
+    with reported("run", written=written):
         try:
-            outcome = run_job(
-                spec, progress=progress, on_plan=lambda p: messages.print(p.summary())
-            )
+            outcome = run_job(spec, progress=progress, on_progress=written,
+                              on_plan=lambda p: messages.print(p.summary()))  # fmt: skip
         except DeadlineError as exc:  # before anything is written
             raise fail("run", f"refused: {exc}", code=EXIT_INFEASIBLE) from None
     messages.print(f"scored {outcome.report.summary()}")

@@ -9,6 +9,7 @@ from ._common import (
     REGISTRY_OPTION,
     STORAGE_OPTION,
     VERIFY_HELP,
+    RowsWritten,
     key_values,
     messages,
     reported,
@@ -57,7 +58,8 @@ def score(
     options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
-    with reported("score"):
+    written = RowsWritten()
+    with reported("score", written=written):
         store = (  # else opened only for a registry reference, not for a model file
             ModelStore(registry, db_url=registry_db, storage_options=stores)
             if registry_db
@@ -77,5 +79,6 @@ def score(
             verify=verify,
             engine_options=options,
             storage_options=stores,
+            on_progress=written,
         )
     messages.print(f"scored {result.summary()}")

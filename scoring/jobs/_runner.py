@@ -61,11 +61,19 @@ class JobOutcome:
 class _Watch:
     """Projects the finish from the rows done so far; warns once when it is too late."""
 
-    def __init__(self, deadline: datetime | None, total: int):
-        self.deadline, self.total = deadline, total
+    def __init__(
+        self,
+        deadline: datetime | None,
+        total: int,
+        *,
+        then: Callable[[float, int], None] | None = None,
+    ):
+        self.deadline, self.total, self.then = deadline, total, then
         self.warned = False
 
     def __call__(self, seconds: float, rows: int) -> None:
+        if self.then is not None:
+            self.then(seconds, rows)
         if self.deadline is None or self.warned or rows <= 0 or seconds < 1.0:
             return
         left = seconds * (self.total - rows) / rows
@@ -85,17 +93,24 @@ def run_job(
     progress: bool = True,
     start: datetime | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    on_progress: Callable[[float, int], None] | None = None,
 ) -> JobOutcome:
     """Plan, then run ``spec``; raises :class:`DeadlineError` before writing anything
     when the plan cannot meet the deadline.  ``start`` (default: now) is the job's
     nominal start, from which a duration deadline counts; ``on_plan`` sees the plan
-    before anything runs."""
+    before anything runs, ``on_progress(seconds, rows)`` the rows as they are written."""
     with configured(spec.stores()):
-        return _run(spec, progress=progress, start=start, on_plan=on_plan)
+        return _run(spec, progress=progress, start=start, on_plan=on_plan,
+                    on_progress=on_progress)  # fmt: skip
 
 
 def _run(
-    spec: JobSpec, *, progress: bool, start: datetime | None, on_plan: Callable[[Plan], None] | None
+    spec: JobSpec,
+    *,
+    progress: bool,
+    start: datetime | None,
+    on_plan: Callable[[Plan], None] | None,
+    on_progress: Callable[[float, int], None] | None,
 ) -> JobOutcome:
     start = start or datetime.now(timezone.utc)
     plan: Plan | None = None
@@ -106,7 +121,7 @@ def _run(
         if not plan.feasible:
             raise DeadlineError(plan.summary().splitlines()[-1].strip())
         deadline = spec.deadline_at(start)
-        watch = _Watch(deadline, plan.rows)
+        watch = _Watch(deadline, plan.rows, then=on_progress)
         with GpuSampler() as gpu:
             report, attempts = _with_retries(spec, data, model, watch, progress=progress)
     except DeadlineError:
