@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring._engines.ray import RayEngine, check_fits
+from scoring._engines.ray import RayEngine
+from scoring._engines.ray_cluster import check_fits
 from scoring.errors import ConfigError, MissingColumnError, ScoringError
 from scoring.ray import plan_workers
 

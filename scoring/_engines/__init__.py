@@ -9,7 +9,7 @@ the report (:mod:`scoring._engines.base`).  Engine options (``engine_options``):
 ``ray``
     ``address`` (a running cluster; default: the current session, else a new local
     one), ``num_workers`` (default: one per GPU, or CPUs / 4), and ``num_cpus`` and
-    ``num_gpus`` per actor (default: see :func:`scoring._engines.ray.plan_workers`).
+    ``num_gpus`` per actor (default: see :func:`scoring._engines.ray_cluster.plan_workers`).
 ``spark``
     ``master`` (default: the active session, else ``local[*]``) and ``conf`` (settings
     for a session the job starts).

@@ -13,7 +13,7 @@ or, without GPUs, CPU actors sized so that Ray's read tasks always find a CPU.
 
 from __future__ import annotations
 
-from .._engines.ray import WorkerPlan, connect, plan_workers
+from .._engines.ray_cluster import WorkerPlan, connect, plan_workers
 from ._dataset import score_dataset
 
 __all__ = ["WorkerPlan", "connect", "plan_workers", "score_dataset"]

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from .._engines.base import resolve_model
-from .._engines.ray import DATASET_BATCH_ROWS, connect, load_bundle, node_cpus, plan_workers
+from .._engines.ray_cluster import (
+    DATASET_BATCH_ROWS,
+    connect,
+    load_bundle,
+    node_cpus,
+    plan_workers,
+)
 from .._scorer import Scorer
 
 if TYPE_CHECKING:
