@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -113,6 +114,33 @@ def test_what_a_run_says_in_a_log_is_one_stamped_line_each(
         re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 scoring: [\d,]+/20,000 rows", line)
         for line in progress
     ), progress
+
+
+def test_relative_paths_in_a_job_file_are_read_from_its_folder(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same job from another working directory (cron's home, a scheduler's) means
+    the same files: found relative to the file, not to where the command runs."""
+    write_rows(tmp_path / "data" / "in", 2_000)
+    folder = tmp_path / "repo" / "jobs"
+    folder.mkdir(parents=True)
+    job = folder / "nightly.toml"
+    job.write_text(
+        'name = "nightly"\nmodel = "churn@production"\nkeep = ["id"]\n'
+        f'registry = "{os.path.relpath(registry.uri, folder)}"\n'
+        'input = "../../data/in/"\noutput = "../../data/out"\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    spec = load_job(job)
+    assert spec.input == f"{tmp_path / 'data' / 'in'}/"
+    assert spec.output == str(tmp_path / "data" / "out")
+    result = runner.invoke(app, ["run", str(job)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "data" / "out" / "_SUCCESS").exists() and not list(elsewhere.iterdir())
+    absolute = job_file(tmp_path, registry, input="s3://lake/in/", output="/srv/out")
+    assert (load_job(absolute).input, load_job(absolute).output) == ("s3://lake/in/", "/srv/out")
 
 
 def test_storage_options_for_no_object_store_are_refused(tmp_path: Path, registry: Any) -> None:

@@ -31,6 +31,8 @@
 
 A clock deadline is the next such time in ``timezone`` after the job starts, unless that
 time passed less than 12 hours before the start: then the job is already late.
+Relative local paths (``input``, ``output``, ``registry``) are read from the job file's
+folder, not from the directory the command runs in.
 """
 
 from __future__ import annotations
@@ -190,12 +192,31 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"job file {str(file)!r} is not valid TOML: {exc}") from exc
     try:
-        return JobSpec.model_validate(_expanded(data, file=file, key=""))
+        return _anchored(JobSpec.model_validate(_expanded(data, file=file, key="")), file)
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or "(top level)"
         reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise JobFileError(f"job file {str(file)!r}, key {key!r}: {reason}") from exc
+
+
+#: The job file's keys that name local paths, read relative to the job file.
+_PATHS = ("input", "output", "registry")
+
+
+def _anchored(spec: JobSpec, file: Path) -> JobSpec:
+    """Relative local paths of ``spec`` joined to the job file's folder: a job means the
+    same files from cron's home, a scheduler's working directory or the repository root
+    (URLs and absolute paths stay as they are)."""
+    here = file.absolute().parent
+    update = {}
+    for key in _PATHS:
+        value = getattr(spec, key)
+        if value is None or "://" in value:
+            continue
+        path = os.path.normpath(here / os.path.expanduser(value))  # an absolute one stays
+        update[key] = path + "/" if value.endswith("/") else path
+    return spec.model_copy(update=update)
 
 
 def _expanded(value: Any, *, file: Path, key: str) -> Any:
