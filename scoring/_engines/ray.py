@@ -48,6 +48,7 @@ from .ray_cluster import (
     connect,
     load_bundle,
     node_cpus,
+    patient,
     plan_workers,
     worker_name,
 )
@@ -315,6 +316,7 @@ def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
     todo = ray.data.from_items(
         [{"fragment": f.index} for f in run.todo], override_num_blocks=len(run.todo)
     )
+    patient(todo.context)
     return todo.map_batches(
         _FileWorker,
         fn_constructor_kwargs={"spec": spec},

@@ -24,6 +24,7 @@ from ..errors import ConfigError, EngineError
 
 __all__ = [
     "ACTOR_INIT_DEATHS",
+    "ACTOR_START_S",
     "CPU_WORKER_THREADS",
     "DATASET_BATCH_ROWS",
     "GPU_WORKER_CPUS",
@@ -32,6 +33,7 @@ __all__ = [
     "connect",
     "load_bundle",
     "node_cpus",
+    "patient",
     "plan_workers",
     "worker_name",
 ]
@@ -40,8 +42,11 @@ __all__ = [
 CPU_WORKER_THREADS = 4
 #: Most of a CPU a GPU actor asks for; it mostly waits on the device and on I/O.
 GPU_WORKER_CPUS = 1.0
-#: Deaths of starting actors in a row that a Ray Data job survives (see :func:`connect`).
+#: Deaths of starting actors in a row that a Ray Data job survives (see :func:`patient`).
 ACTOR_INIT_DEATHS = 4
+#: Seconds a pool's actors get to start (import, load and compile the model) before its
+#: job fails; the plan was checked to fit the nodes (:func:`check_fits`).
+ACTOR_START_S = 300
 #: Rows per batch handed to an actor by ``score_dataset`` unless told otherwise.
 DATASET_BATCH_ROWS = 131_072
 
@@ -76,17 +81,22 @@ def connect(address: str | None = None) -> None:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         except ConnectionError as exc:
             raise EngineError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
-    context = ray.data.DataContext.get_current()
-    # Ray Data drops a pending actor when it scales a pool down (a busy node, the input
-    # running out) and then counts that actor's cancellation as a death during
-    # initialisation, which by default fails the job at the first: tolerate a few.
-    if 0 <= context.max_consecutive_actor_init_deaths < ACTOR_INIT_DEATHS:
-        context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
     # Our own progress and summary replace Ray Data's per-operator bars and its
     # execution log lines (and the notice that its bars are off).
-    context.enable_progress_bars = False
+    ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+
+
+def patient(context: Any) -> None:
+    """Set a dataset's Ray Data ``context`` so that a pool of actors still starting is
+    waited for.  Otherwise Ray Data hands every input to the first actor up, finds "all
+    inputs consumed", drops the actors still starting, and counts each as a death during
+    initialisation, which by default fails the job at the first (reproduced on a busy
+    two-node cluster, 5 such deaths in 0.6 s)."""
+    context.wait_for_min_actors_s = ACTOR_START_S
+    if 0 <= context.max_consecutive_actor_init_deaths < ACTOR_INIT_DEATHS:
+        context.max_consecutive_actor_init_deaths = ACTOR_INIT_DEATHS
 
 
 def plan_workers(
