@@ -25,7 +25,7 @@ import fsspec.config
 
 from .errors import ConfigError
 
-__all__ = ["StoreConfig", "configured", "install", "store_config"]
+__all__ = ["StoreConfig", "configured", "install", "is_remote", "store_config"]
 
 #: fsspec's configuration per protocol: ``{"s3": {"endpoint_url": ...}}``.
 StoreConfig = dict[str, dict[str, Any]]
@@ -34,10 +34,15 @@ StoreConfig = dict[str, dict[str, Any]]
 _NO_OPTIONS = {"file", "local", "memory"}
 
 
+def is_remote(url: str) -> bool:
+    """Whether ``url`` is on an object store (not this machine's disks or memory)."""
+    return fsspec.utils.get_protocol(str(url)) not in _NO_OPTIONS
+
+
 def store_config(options: Mapping[str, Any] | None, urls: Iterable[str]) -> StoreConfig:
     """``options`` per protocol: a plain key for each object store among ``urls``, a
     ``PROTOCOL.KEY`` for its protocol."""
-    remote = sorted({fsspec.utils.get_protocol(str(u)) for u in urls} - _NO_OPTIONS)
+    remote = sorted({fsspec.utils.get_protocol(str(u)) for u in urls if is_remote(u)})
     config: StoreConfig = {}
     for key, value in (options or {}).items():
         protocol, dot, name = key.partition(".")

@@ -237,8 +237,9 @@ class RayEngine:
             if attempt == RAY_ATTEMPTS:
                 with translated("ray", f"the Ray job failed {RAY_ATTEMPTS} times"):
                     raise failure
-        tally.count_unreported(run, progress)
-        return Scored(_journaled(run), tally.workers, tally.metadata)
+        entries = _journaled(run)  # one listing of the journal for both
+        tally.count_unreported(run, entries, progress)
+        return Scored(entries, tally.workers, tally.metadata)
 
 
 ENGINE = register(RayEngine())
@@ -262,12 +263,12 @@ class _Tally:
         self.metadata = self.metadata or json.loads(row["metadata"])
         progress.advance(int(row["rows"]))
 
-    def count_unreported(self, run: Run, progress: RunProgress) -> None:
-        """Rows of files the journal proves done whose worker Ray never reported (its job
-        failed after they were journaled): counted for nobody, not lost."""
-        missing = [f for f in run.todo if f.index not in self.reported]
-        done = run.committer.completed(missing) if missing else {}
-        rows = sum(done[f.relpath].rows for f in missing if f.relpath in done)
+    def count_unreported(self, run: Run, entries: list[Entry], progress: RunProgress) -> None:
+        """Rows of files the journal proves done (``entries``, in ``run.todo``'s order)
+        whose worker Ray never reported (its job failed after they were journaled):
+        counted for nobody, not lost."""
+        pairs = zip(run.todo, entries, strict=True)
+        rows = sum(e.rows for f, e in pairs if f.index not in self.reported)
         if rows:
             self.workers[_UNREPORTED] = rows
             progress.advance(rows)

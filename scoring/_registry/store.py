@@ -15,13 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import sqlalchemy as sa
 
 from .._bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
 from .._frameworks import framework_named
 from .._parity import Verification
-from .._stores import configured, store_config
+from .._stores import configured, is_remote, store_config
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
 from . import db
 from .samples import sample_from_bytes, sample_to_bytes
@@ -65,8 +64,7 @@ def _check_root(root: str, db_url: str | None) -> None:
             "the artifact root, a directory or fsspec URL; give the database with "
             "--registry-db (SCORING_REGISTRY_DB, db_url=)"
         )
-    protocol = fsspec.utils.get_protocol(root)
-    if db_url is None and protocol not in ("file", "local", "memory"):
+    if db_url is None and is_remote(root):
         raise RegistryError(
             f"registry root {root!r} is remote and SQLite cannot live there: give the "
             "registry database with --registry-db (SCORING_REGISTRY_DB, db_url=), e.g. "
