@@ -42,11 +42,7 @@ test: install
 	$(BIN)/ruff check scoring models tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest -q -m "not cluster"
-	# The real clusters in a process of their own: after a local ray.init() in the same
-	# process (tests/test_ray.py), actors on the two-node cluster are cancelled before
-	# they start (open, issue 17).
-	$(BIN)/pytest -q -m cluster
+	$(BIN)/pytest -q
 
 lint: install
 	$(BIN)/ruff check scoring models tests benchmarks

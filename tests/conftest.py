@@ -28,6 +28,12 @@ warnings.filterwarnings("ignore", category=UserWarning)
 # No background package builders (scoring/_compiler/packages.py) for every fused model
 # the suite compiles: test_packages.py turns them on where it tests them.
 os.environ["SCORING_COMPILE_CACHE"] = "off"
+# One Ray authentication mode for the whole session, fixed before anything imports Ray: a
+# driver reads it once per process, and a local ray.init() (test_ray.py) switches it to
+# "token" in os.environ, so without this the mode depended on test order and on whether
+# ~/.ray/auth_token existed.  A token-mode driver on a cluster without authentication
+# (test_ray_cluster.py) sees every actor "cancelled before it started running".
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 RECIPES = {r.name: r for r in SMALL_RECIPES}
 

@@ -238,7 +238,9 @@ def test_after_a_failure_of_rays_own_the_files_not_journaled_go_to_a_new_job(
 
         def iter_rows(self) -> Any:
             yield from self.rows
-            raise ray.exceptions.RaySystemError("an actor that never ran was cancelled")
+            raise ray.exceptions.RaySystemError(
+                "The actor never ran - it was cancelled before it started running."
+            )
 
     def scoring_then_failing(run: Any, spec: Any, plan: Any, *, files: int) -> Any:
         """The first job scores ``files`` files (reporting one), then fails."""
@@ -253,8 +255,11 @@ def test_after_a_failure_of_rays_own_the_files_not_journaled_go_to_a_new_job(
                                      keep=["id"], progress=False)  # fmt: skip
 
     monkeypatch.setattr(engine, "_scored_files", lambda *_: Failing([]))
-    with pytest.raises(ScoringError, match=f"the Ray job failed {engine.RAY_ATTEMPTS} times"):
+    with pytest.raises(
+        ScoringError, match=f"the Ray job failed {engine.RAY_ATTEMPTS} times"
+    ) as failed:
         score("never")
+    assert "RAY_AUTH_MODE" in str(failed.value)  # what cancels every actor at once
     assert not (tmp_path / "never" / "_SUCCESS").exists()
     for files, retried in [(1, [2]), (3, [])]:  # a file left to do; every file journaled
         jobs.clear()

@@ -1,8 +1,9 @@
 """The Ray engine on a real cluster of two nodes (``ray start --head`` and a second
 ``ray start --address``, one CPU each), not the single-process Ray of test_ray.py.  Run
 alone with ``pytest -m cluster``.  ``ray start --head`` turns token authentication on
-(Ray 2.60), which a driver reads when Ray is imported: these nodes opt out, as the
-README says to do, or to give the driver the token.
+(Ray 2.60), and a driver reads its mode when Ray is imported: the nodes take the mode
+conftest.py fixes for the session (token, Ray's default, with the token Ray keeps in
+~/.ray/auth_token), since a driver whose mode differs from the cluster's fails.
 
 What outside runs found here: the default plan sized one actor from the cluster's two
 CPUs, which no node has, and Ray waited for such a node forever; and a job on S3,
@@ -43,12 +44,14 @@ SCORING = str(Path(sys.executable).parent / "scoring")
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    """Two one-CPU nodes on 127.0.0.1 sharing a generated token: the address."""
+    """Two one-CPU nodes on 127.0.0.1 sharing the driver's token: the address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
     temp = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths have a limit
+    if os.environ["RAY_AUTH_MODE"] == "token":  # as a local ray.init() does when none exists
+        _ray("get-auth-token", "--generate")
     _ray("start", "--head", f"--port={port}", "--include-dashboard=false",
          f"--temp-dir={temp}", *common)  # fmt: skip
     try:
@@ -64,7 +67,6 @@ def ray_cluster() -> Iterator[str]:
 def _ray(*args: str) -> None:
     # No AWS settings: actors reach S3 only with the options their job ships them.
     nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    nodes["RAY_AUTH_MODE"] = "disabled"
     # Workers at Ray's default niceness (15) get a few percent of a CPU beside other work,
     # as on this busy test machine; scoring.ray.connect() starts its own clusters so too.
     nodes["RAY_worker_niceness"] = "0"

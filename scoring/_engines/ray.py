@@ -235,7 +235,8 @@ class RayEngine:
             if not todo:
                 break
             if attempt == RAY_ATTEMPTS:
-                with translated("ray", f"the Ray job failed {RAY_ATTEMPTS} times"):
+                fix = NEVER_RAN_FIX if NEVER_RAN in str(failure) else ""
+                with translated("ray", f"the Ray job failed {RAY_ATTEMPTS} times", fix=fix):
                     raise failure
         entries = _journaled(run)  # one listing of the journal for both
         tally.count_unreported(run, entries, progress)
@@ -247,6 +248,16 @@ ENGINE = register(RayEngine())
 #: Ray jobs one run may take: after a failure of Ray's own (a lost or cancelled actor,
 #: a dead node), the files the journal does not prove done go to a fresh job.
 RAY_ATTEMPTS = 3
+
+#: How Ray reports an actor cancelled before it ran.  Every actor of every attempt so
+#: cancelled is what a driver whose authentication mode differs from the cluster's sees
+#: (reproduced: a token-mode driver on a cluster started with RAY_AUTH_MODE=disabled).
+NEVER_RAN = "cancelled before it started running"
+NEVER_RAN_FIX = (
+    "if every actor is cancelled so, this driver's RAY_AUTH_MODE may differ from the "
+    "cluster's: a process that started a local Ray (ray.init()) stays in token mode, "
+    "so set RAY_AUTH_MODE and the token as the README's Ray section says"
+)
 
 
 @dataclass
