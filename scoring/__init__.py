@@ -5,7 +5,7 @@ The stable surface (see DESIGN.md)::
     cm = scoring.compile(model, backend="auto", device="auto", strategy="auto")
     cm.predict(X); cm.predict_proba(X); cm.predict_raw(X)
 
-    reg = scoring.Registry()            # $SCORING_HOME, else ./.scoring
+    reg = scoring.Registry()            # $SCORING_HOME, else ~/.local/share/scoring
     mv = reg.register("churn", model, sample=X_sample)
     reg.set_alias("churn", "production", mv.version)
     cm = reg.load("churn@production")

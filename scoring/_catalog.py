@@ -2,7 +2,9 @@
 
 Registering imports the model, stores its canonical bytes and holds the tensor backend
 to the native predictor (:func:`scoring._parity.verify`) on every strategy ``auto`` may
-pick on each available device type; loading compiles a stored version.  Storage,
+pick on each available device type, and profiles the sample's features and scores as
+the reference that runs measure drift against (:mod:`scoring._drift`); loading compiles
+a stored version.  Storage,
 names, versions and records are :class:`~scoring._registry.ModelStore`'s.
 """
 
@@ -11,10 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 import torch
 
 from ._bundle import schema_of
 from ._compiler import choose_strategy
+from ._drift import Profile, profile
 from ._frameworks import (
     dump_model,
     import_model,
@@ -26,8 +32,9 @@ from ._ir import Forest
 from ._model import CompiledModel, compile_imported, compile_model
 from ._parity import Predictor, Verification, verify
 from ._registry import ModelStore, ModelVersion, read_sample
+from ._scorer import Scorer
 
-__all__ = ["Registry", "available_device_types", "verify_model"]
+__all__ = ["Registry", "available_device_types", "reference_profile", "verify_model"]
 
 
 def available_device_types() -> list[str]:
@@ -63,12 +70,27 @@ def verify_model(
                   versions=library_versions(forest.framework))  # fmt: skip
 
 
+def reference_profile(model: Any, forest: Forest, sample: Any) -> Profile:
+    """The sample's feature columns and its scores (the native predictor's, through the
+    same output layout as a run's) profiled as the drift reference."""
+    if isinstance(sample, pd.DataFrame):
+        table = pa.Table.from_pandas(sample, preserve_index=False)
+    else:  # an array: the columns a Parquet input of an unnamed model has
+        rows = np.asarray(sample)
+        names = forest.feature_names or [f"f{j}" for j in range(rows.shape[1])]
+        table = pa.table({n: rows[:, j] for j, n in enumerate(names)})
+    scorer = Scorer(compile_imported(model, forest, backend="native"))
+    features = table.select(scorer.feature_columns(table.column_names))
+    return profile(features, scorer.score(table))
+
+
 class Registry(ModelStore):
     """Model versions in a root directory or fsspec URL, metadata in a SQL database.
 
-    ``uri``: the root (default ``$SCORING_HOME``, else ``./.scoring``).  ``db_url``: any
-    SQLAlchemy URL; default SQLite in the root (local roots) or in process memory
-    (``memory://`` roots); other remote roots need one.
+    ``uri``: the root (default ``$SCORING_HOME``, else a per-user directory, see
+    :func:`scoring._registry.root_url`).  ``db_url``: any SQLAlchemy URL; default SQLite
+    in the root (local roots) or in process memory (``memory://`` roots); other remote
+    roots need one.
     """
 
     def register(
@@ -96,8 +118,10 @@ class Registry(ModelStore):
         )
         sample = read_sample(sample)
         checks = verify_model(model, forest, sample=sample, candidate=stored)
+        reference = None if sample is None else reference_profile(model, forest, sample)
         return self.add_version(name, data, schema, verification=checks, sample=sample,
-                                tags=tags, description=description)  # fmt: skip
+                                reference=reference, tags=tags,
+                                description=description)  # fmt: skip
 
     def verify(
         self, ref: str, *, version: int | None = None, devices: Sequence[str] | None = None

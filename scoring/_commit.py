@@ -107,6 +107,8 @@ class Entry:
     sha256: str
     bytes: int
     job: str
+    #: What the run counted in this file for drift (:mod:`scoring._drift`), opaque here.
+    stats: dict[str, list[int]] | None = None
 
 
 class Committer:
@@ -224,7 +226,8 @@ class Committer:
         if manifest is None or manifest.get("job_key") != self.job_key or "files" in manifest:
             return []
         return [
-            Entry(**{k: f[k] for k in Entry.__dataclass_fields__}) for f in manifest["fragments"]
+            Entry(**{k: f[k] for k in Entry.__dataclass_fields__ if k in f})
+            for f in manifest["fragments"]
         ]
 
     def _entries(self) -> list[Entry]:
@@ -251,8 +254,16 @@ class Committer:
             if self.fs.exists(tmp):
                 self.fs.rm_file(tmp)
 
-    def finish(self, fragment: Fragment, tmp: str, sink: HashingSink, rows: int) -> Entry:
-        """Move a closed output into the staging area and journal it."""
+    def finish(
+        self,
+        fragment: Fragment,
+        tmp: str,
+        sink: HashingSink,
+        rows: int,
+        *,
+        stats: dict[str, list[int]] | None = None,
+    ) -> Entry:
+        """Move a closed output into the staging area and journal it (with ``stats``)."""
         name = output_name(fragment)
         self.fs.mv(tmp, f"{self.staging}/{name}")
         entry = Entry(
@@ -264,6 +275,7 @@ class Committer:
             sha256=sink.sha.hexdigest(),
             bytes=sink.size,
             job=self.job_key,
+            stats=stats,
         )
         key = hashlib.sha256(fragment.relpath.encode()).hexdigest()[:24]
         journal = f"{self.staging}/_journal/{key}.json"

@@ -37,6 +37,7 @@ class Fragment:
     relpath: str  # relative to the input's base directory; names the output file
     rows: int
     fingerprint: str  # path, size and modification time: a changed file is rescored
+    size: int = 0  # bytes
 
 
 @dataclass
@@ -58,6 +59,10 @@ class InputDataset:
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.fragments)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.fragments)
 
     def require(self, columns: Sequence[str]) -> None:
         """Refuse, before anything is read, a column scoring reads that some file lacks
@@ -265,4 +270,5 @@ def _fragment(index: int, piece: Any, fs: Any, base: str) -> Fragment:
         relpath=relpath,
         rows=rows,
         fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
+        size=int(info.get("size") or 0),
     )

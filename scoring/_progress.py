@@ -1,5 +1,7 @@
 """Progress of a scoring run: a rich bar on a terminal, otherwise (a log) one line
-every ``LOG_EVERY_S`` seconds, stamped with the UTC time.
+every ``LOG_EVERY_S`` seconds, stamped with the UTC time.  Before there are rows to
+count (a model loading, a plan measuring, a cluster starting) a command shows a spinner
+(:func:`waiting`), which the run's bar replaces.
 
 Every update is also kept as a ``(seconds, rows)`` point, the timeline that reports
 plot against the deadline.
@@ -10,21 +12,52 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
 
-__all__ = ["RunProgress"]
+__all__ = ["RunProgress", "waiting"]
 
 LOG_EVERY_S = 10.0
+
+#: The spinner showing, until a progress bar takes its place: a terminal holds one live
+#: display at a time.
+_spinners: list[Any] = []
+
+
+@contextmanager
+def waiting(text: str, *, console: Console, enabled: bool = True) -> Iterator[None]:
+    """A spinner saying ``text`` while nothing can be counted yet, on a terminal only;
+    what ``console`` prints meanwhile appears above it."""
+    if not (enabled and console.is_terminal):
+        yield
+        return
+    status = console.status(text)
+    status.start()
+    _spinners.append(status)
+    try:
+        yield
+    finally:
+        _stop_spinners()
+
+
+#: An ETA before this many seconds and this share of the rows is a guess: none is shown.
+ETA_AFTER_S, ETA_AFTER_SHARE = 2.0, 0.01
+
+
+def _eta(seconds: float, rows: int, total: int) -> str:
+    if seconds < ETA_AFTER_S or rows < ETA_AFTER_SHARE * total or rows <= 0:
+        return "ETA -"
+    return f"ETA {seconds * (total - rows) / rows:,.0f} s"
+
+
+def _stop_spinners() -> None:
+    while _spinners:
+        _spinners.pop().stop()
 
 
 class RunProgress:
@@ -49,15 +82,19 @@ class RunProgress:
         self._last_log = self.start
         self._bar: Any = None
         if enabled and self.stream.isatty():
+            _stop_spinners()
+            # Counts with separators, and an ETA from the run's average rate once it has
+            # one (rich's own estimate of the first second is far off); the bar stays
+            # on screen when done, with the time it took.
             self._bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} rows/s"),
-                TimeRemainingColumn(),
-                transient=True,
+                TextColumn(
+                    "{task.fields[done]} rows, {task.fields[rate]} rows/s, {task.fields[eta]}"
+                ),
             )
-            self._task = self._bar.add_task(label, total=total_rows, rate="-")
+            self._task = self._bar.add_task(label, total=total_rows, rate="-", eta="ETA -",
+                                            done=f"0/{total_rows:,}")  # fmt: skip
             self._bar.start()
         self.enabled = enabled
 
@@ -72,7 +109,9 @@ class RunProgress:
             self.timeline.append((now, self.rows))
             rate = self.rows / now if now > 0 else 0.0
             if self._bar is not None:
-                self._bar.update(self._task, completed=self.rows, rate=f"{rate:,.0f}")
+                self._bar.update(self._task, completed=self.rows, rate=f"{rate:,.0f}",
+                                 done=f"{self.rows:,}/{self.total:,}",
+                                 eta=_eta(now, self.rows, self.total))  # fmt: skip
             elif self.enabled and time.perf_counter() - self._last_log >= LOG_EVERY_S:
                 self._last_log = time.perf_counter()
                 eta = (self.total - self.rows) / rate if rate > 0 else float("inf")
@@ -88,6 +127,7 @@ class RunProgress:
 
     def close(self) -> None:
         if self._bar is not None:
+            self._bar.update(self._task, eta=f"done in {self.elapsed:,.1f} s")
             self._bar.stop()
             self._bar = None
 

@@ -33,6 +33,7 @@ __all__ = [
     "RegistryAccessError",
     "JobFileError",
     "DeadlineError",
+    "DriftError",
     "EngineError",
 ]
 
@@ -127,6 +128,11 @@ class JobFileError(ConfigError):
 
 class DeadlineError(ScoringError):
     """The plan says the job cannot finish before its deadline."""
+
+
+class DriftError(ScoringError):
+    """A job's checks failed (drift, null rate, row count) and it says to stop on that:
+    nothing is published."""
 
 
 class EngineError(ScoringError):

@@ -34,6 +34,10 @@ os.environ["SCORING_COMPILE_CACHE"] = "off"
 # ~/.ray/auth_token existed.  A token-mode driver on a cluster without authentication
 # (test_ray_cluster.py) sees every actor "cancelled before it started running".
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+# The per-user default registry (platformdirs: $XDG_DATA_HOME/scoring) of a command run
+# without --registry or SCORING_HOME lands here, not in the home directory.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="scoring-data-")
+os.environ.pop("SCORING_HOME", None)
 
 RECIPES = {r.name: r for r in SMALL_RECIPES}
 

@@ -128,3 +128,23 @@ def test_a_registry_location_that_cannot_work_is_refused_in_one_line(
     out = runner.invoke(app, ["models", "list", "--registry", root])
     assert out.exit_code == 1
     assert out.stderr.strip().count("\n") == 0 and said in out.stderr
+
+
+def test_the_default_registry_is_the_users_not_the_current_directorys(
+    tmp_path: Path, model_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --registry or SCORING_HOME every directory sees one registry, in the
+    user's data directory ($XDG_DATA_HOME/scoring: conftest points it at a temporary
+    one); before, ``./.scoring`` made a list run elsewhere silently empty."""
+    monkeypatch.delenv("SCORING_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    out = runner.invoke(app, ["models", "register", str(model_file), "--name", "churn"])
+    assert out.exit_code == 0, out.output
+    monkeypatch.chdir(tmp_path / "b")
+    out = runner.invoke(app, ["models", "list"])
+    assert out.exit_code == 0 and "churn" in out.stdout
+    assert (tmp_path / "data" / "scoring" / "registry.db").exists()
+    assert not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())

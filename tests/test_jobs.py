@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -114,6 +115,33 @@ def test_what_a_run_says_in_a_log_is_one_stamped_line_each(
         re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00 scoring: [\d,]+/20,000 rows", line)
         for line in progress
     ), progress
+
+
+def test_a_spinner_shows_until_the_progress_bar_takes_its_place() -> None:
+    """While the model loads there is nothing to count: a terminal shows a spinner, which
+    the run's bar replaces (a terminal holds one live display); a log shows nothing."""
+    from rich.console import Console
+
+    from scoring._progress import RunProgress, _spinners, waiting
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    console = Console(file=screen, force_terminal=True, highlight=False)
+    with waiting("loading the model ...", console=console):
+        assert len(_spinners) == 1
+        console.print("plan: 20,000 rows")  # above the spinner
+        with RunProgress(10, stream=Terminal()) as progress:
+            assert not _spinners
+            progress.advance(10)
+    assert "loading the model ..." in screen.getvalue()
+    assert "plan: 20,000 rows" in screen.getvalue()
+    log = io.StringIO()
+    with waiting("loading the model ...", console=Console(file=log)):
+        assert not _spinners
+    assert log.getvalue() == ""
 
 
 def test_relative_paths_in_a_job_file_are_read_from_its_folder(
@@ -229,7 +257,7 @@ def test_run_writes_reports_and_exit_4_when_late(
     assert report["plan"]["rows"] == 50_000 and report["gpu"] is None
     assert sum(w["rows"] for w in report["workers"].values()) == 50_000
     page = (tmp_path / "out" / "_scoring_report.html").read_text()
-    assert "<svg" in page and "Cumulative rows" in page and "Throughput per worker" in page
+    assert "<svg" in page and "Timeline from start" in page and "Workers" not in page
     again = runner.invoke(app, ["run", str(job_file(tmp_path, registry, deadline="10m"))])
     assert again.exit_code == 0 and "nothing to do" in again.output
     kept = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
@@ -249,6 +277,132 @@ def test_run_writes_reports_and_exit_4_when_late(
     outcome = run_job(spec, progress=False, start=datetime.now(timezone.utc) - timedelta(hours=1))
     assert outcome.late and outcome.exit_code == 4
     assert not json.loads((tmp_path / "late" / "_scoring_report.json").read_text())["met_deadline"]
+
+
+def test_every_run_is_recorded_with_its_outcome_and_listed(tmp_path: Path, registry: Any) -> None:
+    """Done, refused, failed: each run is a record in the registry database, with what
+    the operator needs (rows, bytes, stages, window, model sha256), listed by
+    ``scoring runs`` and shown in the next report's history."""
+    files = write_rows(tmp_path / "in", 4_000)
+    ok = job_file(tmp_path, registry, name="history", deadline="1h")
+    assert runner.invoke(app, ["run", str(ok), "--no-progress"]).exit_code == 0
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    refused = job_file(tmp_path, registry, name="history", deadline=passed)
+    assert runner.invoke(app, ["run", str(refused), "--no-progress"]).exit_code == 3
+    failed = job_file(tmp_path, registry, name="history", model="churn@no-such-alias",
+                      output=str(tmp_path / "out2"))  # fmt: skip
+    assert runner.invoke(app, ["run", str(failed), "--no-progress"]).exit_code == 1
+    ok = job_file(tmp_path, registry, name="history", deadline="1h")  # job.toml once more
+    again = runner.invoke(app, ["run", str(ok), "--no-progress"])
+    assert again.exit_code == 0, again.output
+
+    listed = runner.invoke(app, ["runs", "history", "--json", "--registry", registry.uri])
+    assert listed.exit_code == 0, listed.output
+    runs = json.loads(listed.stdout)["runs"]
+    assert [r["outcome"] for r in runs] == ["ok", "refused", "failed", "ok"]
+    assert [r["exit_code"] for r in runs] == [0, 3, 1, 0]
+    first = runs[0]
+    assert first["rows"] == 4_000 and first["window_seconds"] == 3600
+    assert first["bytes"] == sum(f.stat().st_size for f in files.iterdir())
+    assert set(first["stages"]) == {"plan", "run", "read", "score", "write", "commit"}
+    assert first["stages"]["run"] >= first["stages"]["commit"] and first["engine"] == "local"
+    assert first["models"] == [
+        {"ref": "churn@production", "sha256": registry.get("churn@production").sha256}
+    ]
+    assert "no-such-alias" in runs[2]["error"] and runs[2]["models"][0]["sha256"] == ""
+    assert "NOT feasible" in runs[1]["error"]
+    report = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    assert len(report["history"]["runs"]) == 1  # the second "ok" kept the first's report
+    table = runner.invoke(app, ["runs", "--registry", registry.uri], env={"COLUMNS": "200"})
+    assert table.exit_code == 0 and "refused" in table.stdout and "history" in table.stdout
+
+
+def test_drift_breaches_name_the_drifted_features_and_stop_before_publishing(
+    tmp_path: Path, registry: Any
+) -> None:
+    """The model is registered with a sample; a later input with one feature shifted and
+    one all null breaches [checks] for exactly those two, exits 5 and publishes nothing.
+    Its files stay journaled: a rerun that only warns publishes them without scoring
+    again, from the counts the journal kept."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    sample = pd.DataFrame(
+        rng.normal(size=(5_000, FEATURES)), columns=[f"f{j}" for j in range(FEATURES)]
+    )
+    model, _ = registry.bundle("churn@production").restore()
+    registry.register("drifty", model, sample=sample)
+    checks = "\n[checks]\nmax_psi = 0.2\nmax_null_rate = 0.05\nmin_rows = 100\nfail = true\n"
+
+    def run(folder: str, *, fail: bool = True) -> Any:
+        folders = {"input": str(tmp_path / folder), "output": str(tmp_path / f"out-{folder}")}
+        path = job_file(tmp_path, registry, name="drift", model="drifty@latest", **folders)
+        path.write_text(path.read_text() + checks.replace("true", "true" if fail else "false"))
+        return runner.invoke(app, ["run", str(path), "--no-progress"])
+
+    write_rows(tmp_path / "same", 20_000)
+    same = run("same")
+    assert same.exit_code == 0, same.output
+    report = json.loads((tmp_path / "out-same" / "_scoring_report.json").read_text())
+    assert report["checks"]["breaches"] == []
+    drift = {d["column"]: d for d in report["checks"]["drift"]}
+    assert set(drift) == {f"f{j}" for j in range(FEATURES)} | {"probability", "label"}
+    assert max(d["psi"] for d in drift.values()) < 0.05 and drift["f0"]["rows"] == 20_000
+
+    shifted = write_rows(tmp_path / "shifted", 20_000)
+    for part in shifted.iterdir():
+        table = pq.read_table(part)
+        table = table.set_column(4, "f3", pa.array(table.column("f3").to_numpy() + 2.0))
+        table = table.set_column(6, "f5", pa.nulls(table.num_rows, pa.float32()))
+        pq.write_table(table, part)
+    stopped = run("shifted")
+    assert stopped.exit_code == 5, stopped.output
+    breached = {m for m in re.findall(r"feature '(f\d+)'", stopped.output)}
+    assert breached == {"f3", "f5"}, stopped.output
+    assert "f5' is 100.0% null" in stopped.output and "nothing published" in stopped.output
+    out = tmp_path / "out-shifted"
+    assert not (out / "_SUCCESS").exists() and not list(out.glob("*.parquet"))
+    assert runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--no-progress"]).exit_code == 5
+
+    warned = run("shifted", fail=False)
+    assert warned.exit_code == 0, warned.output
+    assert "(20,000 rows resumed)" in warned.output  # published from the journal
+    report = json.loads((out / "_scoring_report.json").read_text())
+    features = {b.split("'")[1] for b in report["checks"]["breaches"] if b.startswith("feature")}
+    assert features == {"f3", "f5"}
+    assert (out / "_SUCCESS").exists()
+    assert "Checks: drift against the reference" in (out / "_scoring_report.html").read_text()
+
+
+def _runs(seconds: list[float], *, outcome: str = "ok") -> list[Any]:
+    from scoring._registry import RunRecord
+
+    day = datetime(2026, 11, 1, 1, 0, tzinfo=timezone.utc)
+    return [
+        RunRecord(
+            job="j",
+            started_at=day + timedelta(days=i),
+            outcome=outcome,
+            exit_code=0,
+            finished_at=day + timedelta(days=i, seconds=s),
+        )
+        for i, s in enumerate(seconds)
+    ]
+
+
+def test_the_trend_projects_when_the_window_is_missed() -> None:
+    from scoring.jobs import trend
+
+    growing = trend(_runs([600, 610, 620, 630]), window_seconds=1000)
+    assert growing["seconds_per_day"] == pytest.approx(10)
+    assert growing["projected_miss"][:10] == "2026-12-11"  # 630 s + 37 days x 10 s/day
+    assert trend(_runs([600, 590, 600, 590]), window_seconds=1000)["projected_miss"] is None
+    over = trend(_runs([900, 1000, 1100]), window_seconds=1000)
+    assert over["projected_miss"][:10] == "2026-11-03"  # the fit is past it already
+    assert trend(_runs([600, 700]), window_seconds=1000)["seconds_per_day"] is None
+    assert trend(_runs([600, 700, 800])[:1] * 3, window_seconds=1000)["seconds_per_day"] is None
+    assert trend(_runs([1, 2, 3], outcome="failed"), window_seconds=10)["seconds_per_day"] is None
+    assert trend(_runs([600, 610, 620]), window_seconds=None)["projected_miss"] is None
 
 
 def test_facade_imports_engines_on_first_use() -> None:

@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
+from scoring._catalog import reference_profile
 from scoring._engines.ray import RayEngine
 from scoring._engines.ray_cluster import check_fits
+from scoring._frameworks import import_model
 from scoring.errors import ConfigError, MissingColumnError, ScoringError
 from scoring.ray import plan_workers
 
@@ -73,8 +75,9 @@ def test_no_actor_asks_for_more_cpus_than_a_node_has() -> None:
 def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) -> None:
     model, X = model_frame(name, rows=4000)
     frame = write_input(X, tmp_path / "in", files=4)
+    reference = reference_profile(model, import_model(model), X.iloc[:1000])
     result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
-                                   keep=["id"], progress=False)  # fmt: skip
+                                   keep=["id"], progress=False, monitor=reference)  # fmt: skip
     assert result.engine == "ray" and result.rows == 4000
     assert sum(result.workers.values()) == 4000
     out = pq.read_table(tmp_path / "out").to_pandas()
@@ -83,6 +86,11 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
     assert manifest["rows"] == 4000 and (tmp_path / "out" / "_SUCCESS").exists()
     assert manifest["metadata"]["scoring._model.sha256"] == result.sha256
+    # Drift counted in the actors, from their journal entries, as the local engine counts.
+    local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", model, keep=["id"],
+                                  progress=False, monitor=reference)  # fmt: skip
+    assert result.drift_counts == local.drift_counts and local.drift_counts is not None
+    assert all(sum(bins) == 4000 for bins in local.drift_counts.values())
 
 
 def test_registered_model_through_the_cli(tmp_path: Path, ray_session: Any) -> None:

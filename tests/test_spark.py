@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
+from scoring._catalog import reference_profile
+from scoring._frameworks import import_model
 from scoring._lease import OutputLease
 from scoring.errors import EngineError, MissingColumnError, OutputError
 
@@ -153,12 +155,17 @@ def test_gpu_settings_warning(spark: Any) -> None:
 
 
 def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -> None:
-    _, X = model_frame("xgb_clf", rows=4000)
+    model, X = model_frame("xgb_clf", rows=4000)
     write_input(X, tmp_path / "in", files=4)
     args = (tmp_path / "in", tmp_path / "out", "xgb_clf@1")
+    reference = reference_profile(model, import_model(model), X[:1000])
     first = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
-                                  progress=False)  # fmt: skip
+                                  progress=False, monitor=reference)  # fmt: skip
     assert first.rows == 4000 and first.engine == "spark"
+    # Drift counted in the executors (an accumulator) as the local engine counts it.
+    local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", model, progress=False,
+                                  monitor=reference)  # fmt: skip
+    assert first.drift_counts == local.drift_counts and local.drift_counts is not None
     assert (first.backend, first.device) != ("auto", "auto")  # what the executors ran
     assert f"on {first.backend}/{first.strategy or '-'} cpu" in first.summary()
     out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id").reset_index(drop=True)

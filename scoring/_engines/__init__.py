@@ -18,10 +18,12 @@ the report (:mod:`scoring._engines.base`).  Engine options (``engine_options``):
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._dataset import InputDataset
+from .._drift import Profile
 from .._lease import OutputLease
 from .._progress import RunProgress
 from .._registry import ModelStore, root_url
@@ -67,6 +69,8 @@ def score_parquet(
     engine_options: Mapping[str, Any] | None = None,
     on_progress: Callable[[float, int], None] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    monitor: Profile | None = None,
+    before_publish: Callable[[ScoreReport], None] | None = None,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
@@ -81,6 +85,12 @@ def score_parquet(
 
     ``storage_options``: fsspec options for the object stores of the input, output and
     registry (endpoint, profile, credentials; see :mod:`scoring._stores`).
+
+    ``monitor``: a reference profile (:mod:`scoring._drift`); each file's rows are
+    counted into its bins, and the report's ``drift_counts`` sums them.
+    ``before_publish(report)`` sees the run's report once every file is written, before
+    anything is published: an error it raises publishes nothing (the files stay
+    journaled for a rerun).
     """
     runner = engine_named(engine)
     options = runner.options(engine_options or {})
@@ -98,6 +108,7 @@ def score_parquet(
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
                            backend=backend, lease=lease, stores=stores)  # fmt: skip
+            run.monitor = monitor
             if run.complete:
                 return report(run, engine=engine, timeline=[])
             tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
@@ -106,9 +117,15 @@ def score_parquet(
             with tracker:
                 scored = runner.run(run, source=source, options=options, progress=tracker)
             lease.check()
+            if before_publish is not None:
+                before_publish(report(run, engine=engine, timeline=tracker.timeline,
+                                      scored=scored))  # fmt: skip
+            committing = time.perf_counter()
             files = publish(run, scored, engine=runner)
+            committed = time.perf_counter() - committing
         finally:
             lease.release()
     result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
     result.files = files
+    result.stages["commit"] = committed
     return result

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from .._bundle import Bundle
 from .._commit import Committer, Entry
 from .._dataset import Fragment, InputDataset, glob_base, open_input
+from .._drift import Counts, Profile, count, merge
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
 from .._progress import RunProgress
@@ -122,6 +123,9 @@ class Scored:
     entries: list[Entry] | None
     workers: dict[str, int]
     metadata: dict[str, str]
+    stages: dict[str, float] = field(default_factory=dict)  # busy seconds, where measured
+    #: An engine that journals no files (``entries`` None) counts drift itself.
+    drift_counts: Counts | None = None
 
 
 @dataclass
@@ -142,6 +146,11 @@ class ScoreReport:
     strategy: str | None
     device: str
     outputs: list[str] = field(default_factory=list)
+    #: Rows per bin of the model's reference profile, over every file of the output
+    #: (resumed ones too); None when not monitored, or the engine journals no files.
+    drift_counts: Counts | None = None
+    #: Busy seconds per stage (read, score, write: they overlap; commit), where measured.
+    stages: dict[str, float] = field(default_factory=dict)
     already_complete: bool = False
     timeline: list[tuple[float, int]] = field(default_factory=list)
     workers: dict[str, int] = field(default_factory=dict)
@@ -180,9 +189,28 @@ class Run:
     backend: str = "auto"
     stores: StoreConfig = field(default_factory=dict)  # workers' fsspec options
     started: float = field(default_factory=time.perf_counter)
+    #: The model's reference profile: each file's rows are counted into its bins (drift).
+    monitor: Profile | None = None
+
+    def count(self, batch: pa.RecordBatch | pa.Table, scored: pa.Table) -> Counts | None:
+        """``batch``'s features and ``scored``'s outputs counted for drift, if monitored."""
+        if self.monitor is None:
+            return None
+        return count_batch(self.monitor, self.scorer, batch, scored)
 
     def cast(self, table: pa.Table) -> pa.Table:
         return table.cast(self.schema) if table.schema != self.schema else table
+
+
+def count_batch(
+    monitor: Profile, scorer: Scorer, batch: pa.RecordBatch | pa.Table, scored: pa.Table
+) -> Counts:
+    """The feature columns ``scorer`` reads from ``batch`` and its ``scored`` outputs,
+    counted into ``monitor``'s bins."""
+    features = batch.select(scorer.feature_columns(batch.schema.names))
+    if isinstance(features, pa.RecordBatch):
+        features = pa.Table.from_batches([features])
+    return count(monitor, features, scored)
 
 
 def resolve_model(
@@ -308,6 +336,21 @@ def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     return len(entries)
 
 
+def counted(run: Run, scored: Scored) -> Counts | None:
+    """The drift counts of every file of the output: resumed and newly scored."""
+    if run.monitor is None or scored.entries is None:
+        return None if run.monitor is None else scored.drift_counts
+    total: Counts | None = None
+    for entry in [*run.done.values(), *scored.entries]:
+        if entry.stats is None:  # journaled by a run that did not count
+            return None
+        try:
+            total = merge(total, entry.stats)
+        except ValueError:  # journaled against another reference (same bytes, new sample)
+            return None
+    return total
+
+
 def report(
     run: Run, *, engine: str, timeline: list[tuple[float, int]], scored: Scored | None = None
 ) -> ScoreReport:
@@ -335,6 +378,8 @@ def report(
     )
     if scored is not None:
         result.workers = scored.workers
+        result.drift_counts = counted(run, scored)
+        result.stages = dict(scored.stages)
     return result
 
 

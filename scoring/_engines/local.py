@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,11 +26,14 @@ from pydantic import BaseModel
 
 from .._commit import Entry
 from .._dataset import Fragment
+from .._drift import Counts, merge
 from .._progress import RunProgress
 from .._scorer import Scorer
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
 
-__all__ = ["ENGINE", "LocalEngine", "cpu_threads", "parallel_calls", "run_local"]
+__all__ = [
+    "ENGINE", "LocalEngine", "StageClock", "cpu_threads", "parallel_calls", "run_local",
+]  # fmt: skip
 
 QUEUE_DEPTH = 3
 MAX_SCORE_THREADS = 32  # past this the single reader thread sets the pace anyway
@@ -85,17 +89,36 @@ def parallel_calls(scorer: Scorer) -> int:
     return scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
 
 
-def run_local(run: Run, *, progress: RunProgress) -> list[Entry]:
-    """Score every fragment still to do; returns their journal entries."""
-    return _Pipeline(run, progress).run()
+def run_local(run: Run, *, progress: RunProgress, clock: StageClock | None = None) -> list[Entry]:
+    """Score every fragment still to do; returns their journal entries (``clock``: the
+    busy seconds of each stage are added to it)."""
+    return _Pipeline(run, progress, clock or StageClock()).run()
+
+
+class StageClock:
+    """Busy seconds per stage of the pipeline.  The stages overlap, and scoring's are
+    summed over its parallel calls, so together they exceed the run's wall time."""
+
+    def __init__(self) -> None:
+        self.seconds = {"read": 0.0, "score": 0.0, "write": 0.0}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.seconds[stage] += time.perf_counter() - began
 
 
 class _Pipeline:
     """The three stages of one run and the queues between them; the first stage to fail
     stops the others and its error is raised by :meth:`run`."""
 
-    def __init__(self, run: Run, progress: RunProgress):
-        self.job, self.progress = run, progress
+    def __init__(self, run: Run, progress: RunProgress, clock: StageClock):
+        self.job, self.progress, self.clock = run, progress, clock
         self.failed = threading.Event()
         self.errors: list[BaseException] = []
         self.calls = parallel_calls(run.scorer)
@@ -133,21 +156,30 @@ class _Pipeline:
     def _read(self) -> None:
         job = self.job
         for fragment in job.todo:
-            batches = job.data.batches(
-                fragment, columns=job.columns, batch_rows=job.scorer.batch_rows
+            batches = iter(
+                job.data.batches(fragment, columns=job.columns, batch_rows=job.scorer.batch_rows)
             )
-            for batch in batches:
+            while True:
+                with self.clock.timing("read"):
+                    batch = next(batches, None)
+                if batch is None:
+                    break
                 self.read_q.put((fragment, batch))
             self.read_q.put((fragment, _END))
         self.read_q.put(None)
 
     def _dispatch(self, pool: ThreadPoolExecutor) -> None:
         for fragment, batch in self.read_q.drain():
-            scored: Future[pa.Table] | object = batch
+            scored: Future[tuple[pa.Table, Counts | None]] | object = batch
             if batch is not _END:
-                scored = pool.submit(self.job.scorer.score, batch)
+                scored = pool.submit(self._score, batch)
             self.write_q.put((fragment, scored))
         self.write_q.put(None)
+
+    def _score(self, batch: pa.RecordBatch) -> tuple[pa.Table, Counts | None]:
+        with self.clock.timing("score"):
+            table = self.job.scorer.score(batch)
+            return table, self.job.count(batch, table)
 
     def _write(self) -> None:
         current: _OutputFile | None = None
@@ -155,11 +187,13 @@ class _Pipeline:
             for fragment, scored in self.write_q.drain():
                 current = current or _OutputFile(self.job, fragment)
                 if scored is _END:
-                    self.entries.append(current.close())
+                    with self.clock.timing("write"):
+                        self.entries.append(current.close())
                     current = None
                 else:
-                    table = scored.result()
-                    current.write(table)
+                    table, counts = scored.result()
+                    with self.clock.timing("write"):
+                        current.write(table, counts)
                     self.progress.advance(table.num_rows)
         except BaseException:
             if current is not None:
@@ -194,8 +228,10 @@ class LocalEngine:
         return 1
 
     def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
-        entries = run_local(run, progress=progress)
-        return Scored(entries, {"local": progress.rows}, output_metadata(run.model))
+        clock = StageClock()
+        entries = run_local(run, progress=progress, clock=clock)
+        return Scored(entries, {"local": progress.rows}, output_metadata(run.model),
+                      stages=clock.seconds)  # fmt: skip
 
 
 ENGINE = register(LocalEngine())
@@ -206,6 +242,7 @@ class _OutputFile:
 
     def __init__(self, run: Run, fragment: Fragment):
         self.run, self.fragment, self.rows = run, fragment, 0
+        self.stats: Counts | None = None
         self.tmp, self.sink = run.committer.open(fragment)
         try:
             self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy")
@@ -213,14 +250,16 @@ class _OutputFile:
             self._drop()
             raise
 
-    def write(self, table: pa.Table) -> None:
+    def write(self, table: pa.Table, counts: Counts | None = None) -> None:
         self.writer.write_table(self.run.cast(table))
         self.rows += table.num_rows
+        self.stats = merge(self.stats, counts)
 
     def close(self) -> Entry:
         self.writer.close()
         self.sink.close()
-        return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows)
+        return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows,
+                                         stats=self.stats)  # fmt: skip
 
     def abandon(self) -> None:
         """Drop a file a failure interrupted.  Its writer is closed here, into a dropped

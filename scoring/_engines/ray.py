@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from .. import errors
 from .._commit import Committer, Entry
 from .._dataset import InputDataset
+from .._drift import Profile
 from .._progress import RunProgress
 from .._scorer import Scorer
 from .._stores import StoreConfig, install
@@ -88,6 +89,7 @@ class _Spec:
     backend: str
     threads: int
     stores: StoreConfig
+    monitor: Profile | None = None  # counted into each file's journal entry
     hold: str | None = None
 
 
@@ -113,6 +115,7 @@ class _FileWorker:
             todo=[],
             done={},
             complete=False,
+            monitor=spec.monitor,
         )
         self.name = worker_name()
         self.hold = spec.hold
@@ -221,6 +224,7 @@ class RayEngine:
             backend=run.backend,
             threads=plan.threads,
             stores=run.stores,
+            monitor=run.monitor,
             hold=self.hold_after_first_file,
         )
         tally = _Tally()

@@ -29,11 +29,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._bundle import Bundle
 from .._cache import compiled
+from .._drift import Counts, Profile, merge
 from .._model import CompiledModel
 from .._progress import RunProgress
 from .._scorer import Scorer
 from ..errors import DependencyError, translated
-from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
+from .base import (
+    ModelSource,
+    Run,
+    Scored,
+    count_batch,
+    output_metadata,
+    parse_options,
+    register,
+)
 
 __all__ = [
     "ARROW_BATCH_ROWS",
@@ -134,11 +143,14 @@ def score_frame(
     device: str = "auto",
     backend: str = "auto",
     ran: Any = None,
+    monitor: Profile | None = None,
+    counted: Any = None,
 ) -> Any:
     """``df`` scored through ``mapInArrow`` (no pandas on the way): the kept columns,
     then the model's output columns.  Columns are checked here, on the driver.
     ``ran``: an accumulator of :class:`Tally` the tasks add their rows to, under the
-    backend, strategy and device they chose."""
+    backend, strategy and device they chose; ``counted``: one of :class:`DriftTally`
+    they add their rows counted into ``monitor``'s bins to."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     kept = list(keep)
@@ -152,12 +164,17 @@ def score_frame(
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cm = worker_model(payload, device=device, backend=backend)
         worker = Scorer(cm, keep=kept, outputs=outputs)
-        rows = 0
+        rows, drift = 0, None
         for batch in batches:
             rows += batch.num_rows
-            yield from worker.score(batch).cast(target).to_batches()
+            table = worker.score(batch)
+            if monitor is not None:
+                drift = merge(drift, count_batch(monitor, worker, batch, table))
+            yield from table.cast(target).to_batches()
         if ran is not None:
             ran.add({(cm.backend, cm.strategy or "", str(cm.device)): rows})
+        if counted is not None and drift is not None:
+            counted.add(drift)
 
     return df.select(*columns).mapInArrow(score, from_arrow_schema(target))
 
@@ -219,8 +236,10 @@ class SparkEngine:
         # Only what the plan reads: kept and feature columns, never other partition keys.
         df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
         ran = spark.sparkContext.accumulator({}, Tally())
+        drift = spark.sparkContext.accumulator({}, DriftTally()) if run.monitor else None
         scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
-                             device=run.device, backend=run.backend, ran=ran)  # fmt: skip
+                             device=run.device, backend=run.backend, ran=ran,
+                             monitor=run.monitor, counted=drift)  # fmt: skip
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend: record what they chose.
@@ -229,7 +248,8 @@ class SparkEngine:
             f"scoring.{part}": "+".join(dict.fromkeys(c[i] for c in chosen))
             for i, part in enumerate(("backend", "strategy", "device"))
         }}  # fmt: skip
-        return Scored(None, {}, metadata)
+        counts = drift.value if drift is not None and drift.value else None
+        return Scored(None, {}, metadata, drift_counts=counts)
 
 
 ENGINE = register(SparkEngine())
@@ -246,6 +266,16 @@ class Tally:
         for key, rows in b.items():
             a[key] = a.get(key, 0) + rows
         return a
+
+
+class DriftTally:
+    """Drift counts per column (:mod:`scoring._drift`), summed bin by bin on the driver."""
+
+    def zero(self, value: Counts) -> Counts:
+        return {}
+
+    def addInPlace(self, a: Counts, b: Counts) -> Counts:
+        return merge(a, b) or {}
 
 
 #: fsspec's scheme -> Hadoop's: Hadoop reads S3 through its S3A connector.

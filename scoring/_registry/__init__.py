@@ -10,15 +10,20 @@ Layout of a registry root (a directory or any fsspec URL)::
 
 Artifacts are content-addressed and immutable (one file however many versions hold the
 same bytes); the database holds, per version, the sha256, the schema, tags, aliases and
-one verification record per device type.  Every read re-hashes the bytes.  Workers get
+one verification record per device type, and the history of the jobs run against it
+(:mod:`.runs`).  Every read re-hashes the bytes.  Workers get
 a :class:`~scoring._bundle.Bundle`, never the database.  This package stores and records;
 it never compiles (:class:`scoring.Registry` adds verification and loading).
 """
 
 from __future__ import annotations
 
+from .runs import OUTCOMES, RunHistory, RunRecord
 from .samples import read_sample
 from .schema import ModelVersion
-from .store import ModelStore, parse_ref, root_url
+from .store import ModelStore, default_root, parse_ref, root_url
 
-__all__ = ["ModelStore", "ModelVersion", "parse_ref", "read_sample", "root_url"]
+__all__ = [
+    "OUTCOMES", "ModelStore", "ModelVersion", "RunHistory", "RunRecord", "default_root",
+    "parse_ref", "read_sample", "root_url",
+]  # fmt: skip

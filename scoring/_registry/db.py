@@ -23,7 +23,8 @@ from sqlalchemy.pool import StaticPool
 from ..errors import RegistryAccessError, translated
 
 __all__ = [
-    "SCHEMA_VERSION", "aliases", "metadata", "serialised", "tags", "verifications", "versions",
+    "SCHEMA_VERSION", "aliases", "metadata", "references", "runs", "serialised", "tags",
+    "verifications", "versions",
 ]  # fmt: skip
 
 #: Bumped when the tables change; stored in the ``registry_meta`` table.
@@ -77,6 +78,27 @@ verifications = sa.Table(
     sa.Column("device_type", sa.String(32), primary_key=True),
     sa.Column("passed", sa.Boolean, nullable=False),
     sa.Column("result_json", sa.Text, nullable=False),
+)
+
+#: Every ``scoring run`` of a job, whatever its outcome (see :mod:`.runs`).  Tables added
+#: after schema 1 are created where missing and older versions ignore them: no bump.
+runs = sa.Table(
+    "job_runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.String(128), nullable=False, index=True),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("record_json", sa.Text, nullable=False),
+)
+
+#: A version's reference profile of its sample (see :mod:`scoring._drift`), for drift.
+references = sa.Table(
+    "version_references",
+    metadata,
+    sa.Column("version_id", sa.Integer, sa.ForeignKey("model_versions.id"), primary_key=True),
+    sa.Column("profile_json", sa.Text, nullable=False),
 )
 
 _MEMORY_ENGINES: dict[str, Engine] = {}

@@ -15,19 +15,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 import sqlalchemy as sa
 
 from .._bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
+from .._drift import Profile
 from .._frameworks import framework_named
 from .._parity import Verification
 from .._stores import configured, is_remote, store_config
 from ..errors import ModelNotFoundError, RegistryError, VerificationError
 from . import db
+from .runs import RunHistory
 from .samples import sample_from_bytes, sample_to_bytes
 from .schema import ModelVersion
 from .storage import ArtifactStore
 
-__all__ = ["ModelStore", "parse_ref", "root_url"]
+__all__ = ["ModelStore", "default_root", "parse_ref", "root_url"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _INSERT_ATTEMPTS = 20
@@ -81,14 +84,23 @@ def _check_name(value: str, what: str) -> None:
 
 
 def root_url(uri: str | os.PathLike[str] | None) -> str:
-    """The registry's artifact root: ``uri``, else ``$SCORING_HOME``, else ``./.scoring``."""
-    return str(uri or os.environ.get("SCORING_HOME") or "./.scoring")
+    """The registry's artifact root: ``uri``, else ``$SCORING_HOME``, else the user's
+    data directory (``~/.local/share/scoring`` on Linux, from platformdirs): never the
+    current directory, where ``scoring models list`` run elsewhere would silently find
+    an empty registry."""
+    return str(uri or os.environ.get("SCORING_HOME") or default_root())
+
+
+def default_root() -> str:
+    """The per-user registry root used when none is named."""
+    return platformdirs.user_data_dir("scoring", appauthor=False)
 
 
 class ModelStore:
     """Model versions in a root directory or fsspec URL, metadata in a SQL database.
 
-    ``uri``: the artifact root (default ``$SCORING_HOME``, else ``./.scoring``).
+    ``uri``: the artifact root (default ``$SCORING_HOME``, else a per-user directory,
+    see :func:`root_url`).
     ``db_url``: any SQLAlchemy URL (default ``$SCORING_REGISTRY_DB``, else SQLite in the
     root for local roots, in process memory for ``memory://`` roots); other remote roots
     need one, since SQLite cannot live in an object store.
@@ -119,6 +131,11 @@ class ModelStore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r}, db={self.engine.url!r})"
 
+    @property
+    def runs(self) -> RunHistory:
+        """The history of the jobs run against this registry."""
+        return RunHistory(self.engine)
+
     # -- writing ------------------------------------------------------------------
 
     def add_version(
@@ -129,11 +146,13 @@ class ModelStore:
         *,
         verification: dict[str, Verification],
         sample: Any = None,
+        reference: Profile | None = None,
         tags: Mapping[str, str] | None = None,
         description: str = "",
     ) -> ModelVersion:
         """Store canonical model bytes (see :mod:`scoring._bundle`) as the next version of
-        ``name`` with what was verified about them; returns the new, immutable version."""
+        ``name`` with what was verified about them and the ``reference`` profile of its
+        sample (for drift); returns the new, immutable version."""
         _check_name(name, "model name")
         artifact = self.store.put(data, framework_named(schema.framework).artifact)
         sample_path = sample_sha = None
@@ -151,11 +170,15 @@ class ModelStore:
             "description": description,
             "created_at": datetime.now(timezone.utc),
         }
-        version = self._insert(row, dict(tags or {}), verification)
+        version = self._insert(row, dict(tags or {}), verification, reference)
         return self.get(name, version=version)
 
     def _insert(
-        self, row: dict[str, Any], tags: dict[str, str], checks: dict[str, Verification]
+        self,
+        row: dict[str, Any],
+        tags: dict[str, str],
+        checks: dict[str, Verification],
+        reference: Profile | None,
     ) -> int:
         """Take the next version number and record everything in one transaction."""
         for _ in range(_INSERT_ATTEMPTS):
@@ -173,6 +196,10 @@ class ModelStore:
                     for key, value in tags.items():
                         conn.execute(db.tags.insert().values(version_id=vid, key=key, value=value))
                     self._write_checks(conn, vid, checks)
+                    if reference is not None:
+                        conn.execute(db.references.insert().values(
+                            version_id=vid, profile_json=reference.model_dump_json()
+                        ))  # fmt: skip
                 return version
             except sa.exc.IntegrityError:  # another writer took the number: try the next
                 continue
@@ -244,6 +271,7 @@ class ModelStore:
             row = conn.execute(sa.select(db.versions).where(db.versions.c.id == vid)).one()
             conn.execute(db.tags.delete().where(db.tags.c.version_id == vid))
             conn.execute(db.verifications.delete().where(db.verifications.c.version_id == vid))
+            conn.execute(db.references.delete().where(db.references.c.version_id == vid))
             conn.execute(db.versions.delete().where(db.versions.c.id == vid))
             stored = ((row.artifact_path, row.sha256), (row.sample_path, row.sample_sha256))
             for path, sha in stored:
@@ -301,6 +329,15 @@ class ModelStore:
         with self.engine.begin() as conn:
             self._write_checks(conn, self._version_id(conn, mv.name, mv.version), checks)
         return self.get(mv.name, version=mv.version)
+
+    def reference(self, mv: ModelVersion) -> Profile | None:
+        """The profile of ``mv``'s sample taken at registration (None without a sample)."""
+        with self.engine.connect() as conn:
+            vid = self._version_id(conn, mv.name, mv.version)
+            found = conn.execute(
+                sa.select(db.references.c.profile_json).where(db.references.c.version_id == vid)
+            ).scalar()
+        return None if found is None else Profile.model_validate_json(found)
 
     def bundle(self, ref: str, *, version: int | None = None) -> Bundle:
         """The version as a checksummed payload a worker compiles without this registry."""

@@ -12,6 +12,7 @@ import typer
 from ._demo import demo
 from ._jobs import plan, run
 from ._models import models_app
+from ._runs import runs
 from ._score import score
 
 __all__ = ["app"]
@@ -21,6 +22,7 @@ app.command()(score)
 app.command()(demo)
 app.command()(plan)
 app.command()(run)
+app.command()(runs)
 app.add_typer(models_app, name="models")
 
 

@@ -32,7 +32,8 @@ REGISTRY_OPTION = typer.Option(
     None,
     "--registry",
     envvar="SCORING_HOME",
-    help="registry root: a directory or fsspec URL (default $SCORING_HOME, else ./.scoring)",
+    help="registry root: a directory or fsspec URL (default $SCORING_HOME, else the user's "
+    "data directory, ~/.local/share/scoring on Linux)",
 )
 REGISTRY_DB_OPTION = typer.Option(
     None,

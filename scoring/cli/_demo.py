@@ -1,9 +1,10 @@
 """``scoring demo``: the main job end to end on the embedded defaults.
 
 Trains the reference model (XGBoost, 500 trees of depth 8, 28 features), registers it
-in the embedded registry, writes Parquet input, runs the demo job (``jobs/demo.toml``:
-plan, local engine, report) and prints the plan, the summary and the parity of the
-published scores with the native predictor.
+with a sample in the default registry, writes Parquet input, runs the demo job
+(``jobs/demo.toml``: plan, local engine, drift checks, report) and prints the plan, the
+summary, the report's path and the parity of the published scores with the native
+predictor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import typer
@@ -22,6 +24,7 @@ from ._common import REGISTRY_OPTION, messages, reported
 __all__ = ["demo"]
 
 FILES = 8
+SAMPLE_ROWS = 10_000  # registered with the model: verified on, profiled for drift
 
 
 def demo(
@@ -39,20 +42,25 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     from models import DEMO_RECIPE, make_data
 
     from .._catalog import Registry
+    from .._registry import default_root
     from ..jobs import JobSpec, run_job
 
     start = time.perf_counter()
     reg = Registry(registry)
     messages.print(f"training the reference model {DEMO_RECIPE.name} ...")
     model = DEMO_RECIPE.build()
-    mv = reg.register("demo-reference", model, description="scoring demo: XGBoost 500x8")
+    sample, _ = make_data(DEMO_RECIPE, seed=0, n_rows=SAMPLE_ROWS)  # training's distribution
+    names = [f"f{j}" for j in range(sample.shape[1])]
+    frame = pd.DataFrame(np.asarray(sample, dtype=np.float32), columns=names)
+    mv = reg.register("demo-reference", model, description="scoring demo: XGBoost 500x8",
+                      sample=frame)  # fmt: skip
     reg.set_alias("demo-reference", "production", mv.version)
     check = mv.verification["cpu"]
     messages.print(
         f"registered {mv.ref} in {reg.uri} (verification on cpu: "
         f"{'passed' if check.passed else 'FAILED'}, max error {check.max_error:.1e})"
     )
-    work = Path(reg.store.root if reg.store.is_local else ".scoring") / "demo"
+    work = Path(reg.store.root if reg.store.is_local else default_root()) / "demo"
     shutil.rmtree(work, ignore_errors=True)  # the demo's own files, rebuilt every run
     X, _ = make_data(DEMO_RECIPE, seed=1, n_rows=rows)
     _write_input(np.asarray(X, dtype=np.float32), work / "input")
@@ -61,6 +69,7 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
         "name": "demo", "model": "demo-reference@production", "registry": reg.uri,
         "input": str(work / "input"), "output": str(work / "output"), "engine": "local",
         "deadline": "3m", "keep": ["id"], "device": device, "backend": backend,
+        "checks": {"max_psi": 0.2, "max_null_rate": 0.2},  # its features are 8% missing
     })  # fmt: skip
     outcome = run_job(spec, on_plan=lambda plan: messages.print(plan.summary()))
     messages.print(f"scored {outcome.report.summary()}")

@@ -61,10 +61,13 @@ def plan(
     storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Count rows, measure throughput, and say whether JOB meets its deadline (exit 3 if not)."""
+    from .._progress import waiting
     from ..jobs import EXIT_INFEASIBLE, make_plan
 
     spec = _load(job, "plan", registry, registry_db, storage_option)
-    with reported("plan"):
+    loading = waiting("planning: reading footers, loading and timing the model ...",
+                      console=messages)  # fmt: skip
+    with reported("plan"), loading:
         result = make_plan(spec)
     print(result.summary())
     if not result.feasible:
@@ -80,20 +83,25 @@ def run(
     storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
-    from ..errors import DeadlineError
-    from ..jobs import EXIT_INFEASIBLE, EXIT_LATE, run_job
+    from .._progress import waiting
+    from ..errors import DeadlineError, DriftError
+    from ..jobs import EXIT_CHECKS, EXIT_INFEASIBLE, EXIT_LATE, run_job
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
     spec = _load(job, "run", registry, registry_db, storage_option)
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
     written = RowsWritten()
-    with reported("run", written=written):
+    loading = waiting("planning: reading footers, loading and timing the model ...",
+                      console=messages, enabled=progress)  # fmt: skip
+    with reported("run", written=written), loading:
         try:
             outcome = run_job(spec, progress=progress, on_progress=written,
                               on_plan=lambda p: messages.print(p.summary()))  # fmt: skip
         except DeadlineError as exc:  # before anything is written
             raise fail("run", f"refused: {exc}", code=EXIT_INFEASIBLE) from None
+        except DriftError as exc:  # before anything is published
+            raise fail("run", str(exc), code=EXIT_CHECKS) from None
     messages.print(f"scored {outcome.report.summary()}")
     messages.print(f"report: {outcome.report_files[1]}")
     if outcome.late:

@@ -45,7 +45,9 @@ def _registry(command: str, root: str | None, db_url: str | None, options: list[
 def register(
     path: Path = typer.Argument(..., help="model file: .json/.ubj, .txt, .skops (or a pickle)"),
     name: str = typer.Option(..., "--name", help="model name"),
-    sample: Path | None = typer.Option(None, help="Parquet file of sample rows to verify on"),
+    sample: Path | None = typer.Option(
+        None, help="Parquet file of sample rows: verified on, and profiled as the drift reference"
+    ),
     tag: list[str] = typer.Option([], help="KEY=VALUE, repeatable"),
     description: str = typer.Option("", help="free text kept with the version"),
     trusted: bool = typer.Option(False, help="allow a pickle file (runs its code on load)"),

@@ -51,6 +51,7 @@ def score(
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from .._engines import score_parquet
+    from .._progress import waiting
     from .._registry import ModelStore
 
     # Shorthands for common engine options; the engine refuses one it does not take.
@@ -59,7 +60,8 @@ def score(
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
     written = RowsWritten()
-    with reported("score", written=written):
+    loading = waiting("loading the model ...", console=messages)
+    with reported("score", written=written), loading:
         store = (  # else opened only for a registry reference, not for a model file
             ModelStore(registry, db_url=registry_db, storage_options=stores)
             if registry_db

@@ -3,14 +3,18 @@
 ``load_job`` reads and validates a TOML job file (:mod:`scoring.jobs._spec`),
 ``make_plan`` says whether and with how many workers it meets its deadline
 (:mod:`scoring.jobs._planner`), ``run_job`` plans, runs, watches the projected finish and
-writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs._runner`).
+writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs._runner`),
+and records every run in the registry's history, whose trend against the window
+``trend`` fits (:mod:`scoring.jobs._history`).
 """
 
 from __future__ import annotations
 
+from ._history import describe_trend, trend
 from ._planner import Plan, make_plan
 from ._report import REPORT_HTML, REPORT_JSON
 from ._runner import (
+    EXIT_CHECKS,
     EXIT_FAILED,
     EXIT_INFEASIBLE,
     EXIT_LATE,
@@ -22,6 +26,7 @@ from ._runner import (
 from ._spec import JobSpec, load_job
 
 __all__ = [
+    "EXIT_CHECKS",
     "EXIT_FAILED",
     "EXIT_INFEASIBLE",
     "EXIT_LATE",
@@ -32,7 +37,9 @@ __all__ = [
     "JobOutcome",
     "JobSpec",
     "Plan",
+    "describe_trend",
     "load_job",
     "make_plan",
     "run_job",
+    "trend",
 ]

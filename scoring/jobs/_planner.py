@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import pyarrow.parquet as pq
 
 from .._dataset import InputDataset, open_input
+from .._drift import Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import parallel_calls
 from .._model import CompiledModel, compile_model
@@ -32,6 +33,7 @@ from .._registry import ModelStore
 from .._scorer import Scorer
 from .._stores import configured
 from .._version import __version__
+from ..errors import ModelNotFoundError
 from ._spec import JobSpec
 
 __all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
@@ -102,6 +104,7 @@ class Planned(NamedTuple):
     plan: Plan
     model: ModelSource  # resolved once: the run scores with this one
     data: InputDataset  # its footers, read once: the run scores these files
+    reference: Profile | None = None  # the registered version's, for drift checks
 
 
 def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
@@ -161,7 +164,20 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
     )  # fmt: skip
-    return Planned(plan, source, data)
+    return Planned(plan, source, data, _reference(store, source))
+
+
+def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
+    """The reference profile of the registered version the job scores with, if any (a
+    model file or object has none)."""
+    if source.bundle is None or "name" not in source.bundle.manifest:
+        return None
+    manifest = source.bundle.manifest
+    try:
+        mv = store.get(manifest["name"], version=int(manifest["version"]))
+    except ModelNotFoundError:  # a bundle from another registry
+        return None
+    return store.reference(mv) if mv.sha256 == manifest["sha256"] else None
 
 
 def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:

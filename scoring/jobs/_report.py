@@ -1,16 +1,18 @@
 """``_scoring_report.json`` and ``_scoring_report.html`` beside a job's output.
 
-The JSON holds rows, seconds, rows/s, the plan against the actual run, per-worker rows
-and rows/s, and GPU utilisation and memory when a GPU was present.  The HTML shows it
-with two plots (matplotlib, inline SVG): cumulative rows over time against the deadline
-and the plan, and throughput per worker.
+The JSON holds what a run did from its start (plan, scoring and commit), against its
+deadline: rows in and out, resumed rows, attempts, the model reference and sha256, the
+plan against the actual run, per-file and per-worker rows, CPU, memory and GPU use, the
+warnings raised, the job's checks with drift per column and score histograms against
+the model's reference, and the job's history against its window.  The HTML page
+(:mod:`scoring.jobs._report_html`) shows the same; a failed run's pair says what its
+journal holds and what a rerun does.
 """
 
 from __future__ import annotations
 
-import html
-import io
 import json
+import resource
 from datetime import datetime
 from typing import Any
 
@@ -18,13 +20,20 @@ import fsspec
 
 from .._engines import ScoreReport
 from .._version import __version__
+from ._checks import RunChecks
 from ._planner import Plan
+from ._report_html import render_failure_html, render_html
 from ._spec import JobSpec
 
-__all__ = ["REPORT_HTML", "REPORT_JSON", "build_report", "write_failure_report", "write_report"]
+__all__ = [
+    "REPORT_HTML", "REPORT_JSON", "build_report", "cpu_seconds", "write_failure_report",
+    "write_report",
+]  # fmt: skip
 
 REPORT_JSON = "_scoring_report.json"
 REPORT_HTML = "_scoring_report.html"
+#: A score column with fewer distinct deciles than this gets no histogram.
+MIN_HISTOGRAM_EDGES = 4
 
 
 def build_report(
@@ -33,40 +42,57 @@ def build_report(
     report: ScoreReport,
     *,
     gpu: dict[str, float] | None,
+    started: datetime,
+    stages: dict[str, float],
     deadline: datetime | None,
     finished: datetime,
     attempts: int,
+    input_bytes: int = 0,
+    cpu_since: float = 0.0,
+    files: list[dict[str, Any]] | None = None,
+    warnings: list[str] | None = None,
+    history: dict[str, Any] | None = None,
+    checks: RunChecks | None = None,
 ) -> dict[str, Any]:
+    """The report's facts as JSON-able data; times from ``started``, the job's start."""
     seconds = report.seconds or 1e-9
+    wall = (finished - started).total_seconds()
     return {
-        "job": spec.name,
-        "scoring_version": __version__,
-        "model": report.model,
-        "sha256": report.sha256,
-        "engine": report.engine,
-        "backend": report.backend,
-        "device": report.device,
-        "input": report.input,
-        "output": report.output,
-        "output_columns": report.outputs,
-        "rows": report.rows,
-        "rows_resumed": report.rows_skipped,
-        "seconds": report.seconds,
-        "rows_per_second": report.rows_per_second,
-        "attempts": attempts,
+        "job": spec.name, "scoring_version": __version__, "model_ref": spec.model,
+        "model": report.model, "sha256": report.sha256, "engine": report.engine,
+        "backend": report.backend, "device": report.device, "input": report.input,
+        "input_bytes": input_bytes, "output": report.output, "output_columns": report.outputs,
+        "rows": report.rows, "rows_resumed": report.rows_skipped,
+        "rows_check": report.rows + report.rows_skipped == plan.rows,
+        "seconds": report.seconds, "wall_seconds": wall, "stages": stages,
+        "rows_per_second": report.rows_per_second, "attempts": attempts,
+        "started": started.isoformat(), "finished": finished.isoformat(),
         "deadline": deadline.isoformat() if deadline else None,
-        "finished": finished.isoformat(),
+        "deadline_seconds": (deadline - started).total_seconds() if deadline else None,
+        "deadline_margin_seconds": (deadline - finished).total_seconds() if deadline else None,
         "met_deadline": deadline is None or finished <= deadline,
         "plan": plan.to_dict(),
-        "plan_vs_actual": report.seconds / plan.estimated_seconds
-        if plan.estimated_seconds
-        else None,
+        "plan_vs_actual": wall / plan.estimated_seconds if plan.estimated_seconds else None,
         "workers": {
             w: {"rows": n, "rows_per_second": n / seconds} for w, n in report.workers.items()
         },
-        "gpu": gpu,
-        "timeline": report.timeline,
-    }
+        "files": files or [], "gpu": gpu, "resources": _resources(cpu_since),
+        "warnings": warnings or [], "timeline": report.timeline, "history": history,
+        "checks": _checks(spec, checks, report),
+    }  # fmt: skip
+
+
+def cpu_seconds() -> float:
+    """CPU seconds this process has used so far (user and system, every thread)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _resources(cpu_since: float) -> dict[str, float]:
+    """This process's CPU seconds since ``cpu_since`` and its peak memory; a Ray or Spark
+    job's workers are their own machines' to report."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"cpu_seconds": cpu_seconds() - cpu_since, "max_rss_mb": peak}
 
 
 def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -> list[str]:
@@ -77,10 +103,17 @@ def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
     if report.already_complete and all(fs.exists(p) for p in paths):
         return paths
-    data = build_report(spec, plan, report, **facts)
+    manifest = f"{root}/_scoring_manifest.json"
+    files = json.loads(fs.cat_file(manifest)).get("fragments", []) if fs.exists(manifest) else []
+    data = build_report(spec, plan, report, files=_files(files), **facts)
     fs.pipe_file(paths[0], json.dumps(data, indent=1).encode())
     fs.pipe_file(paths[1], render_html(data).encode())
     return paths
+
+
+def _files(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("relpath", "rows", "bytes", "output")
+    return [{k: f.get(k) for k in keys} for f in fragments]
 
 
 def write_failure_report(
@@ -112,55 +145,34 @@ def write_failure_report(
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
     fs.makedirs(root, exist_ok=True)
     fs.pipe_file(paths[0], json.dumps(data, indent=1).encode())
-    rows = [(k, str(data[k])) for k in ("status", "error", "started", "failed", "attempts",
-                                        "files_done", "rows_done", "rerun")]  # fmt: skip
-    fs.pipe_file(paths[1], _page(f"scoring job {spec.name}: FAILED", rows, "").encode())
+    fs.pipe_file(paths[1], render_failure_html(data).encode())
     return paths
 
 
-def render_html(data: dict[str, Any]) -> str:
-    rows = [
-        ("rows", f"{data['rows']:,}"),
-        ("seconds", f"{data['seconds']:,.1f} (plan: {data['plan']['estimated_seconds']:,.1f})"),
-        ("rows/s", f"{data['rows_per_second']:,.0f}"),
-        ("model", f"{data['model']} on {data['backend']} / {data['device']}"),
-        ("deadline", f"{data['deadline'] or 'none'}; finished {data['finished']}"),
-        ("met deadline", "yes" if data["met_deadline"] else "NO"),
-        ("GPU", json.dumps(data["gpu"]) if data["gpu"] else "none"),
-    ]
-    return _page(f"scoring job {data['job']}", rows, _plots(data))
+def _checks(spec: JobSpec, checks: RunChecks | None, report: ScoreReport) -> dict[str, Any] | None:
+    if checks is None:
+        return None
+    return {
+        "limits": spec.checks.model_dump(), "breaches": checks.breaches, "note": checks.note,
+        "drift": [d.model_dump() for d in checks.drift],
+        "histograms": _histograms(checks, report),
+    }  # fmt: skip
 
 
-def _page(title: str, rows: list[tuple[str, str]], extra: str) -> str:
-    table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    title = html.escape(title)
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-        f"<body><h1>{title}</h1><table>{table}</table>{extra}</body></html>\n"
-    )
+def _histograms(checks: RunChecks, report: ScoreReport) -> list[dict[str, Any]]:
+    """Each numeric score column's share of rows per reference bin, reference and run."""
+    counts, reference = report.drift_counts, checks.reference
+    if counts is None or reference is None:
+        return []
+    found = []
+    for name, ref in reference.outputs.items():
+        run = counts.get(f"output:{name}")
+        if len(ref.edges) < MIN_HISTOGRAM_EDGES or run is None or len(run) != len(ref.counts):
+            continue  # labels, or a column of a few values (a class label as a number)
+        found.append({"column": name, "reference": _shares(ref.counts), "run": _shares(run)})
+    return found[:4]  # a multiclass model's first classes: the page stays readable
 
 
-def _plots(data: dict[str, Any]) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on a scheduler host
-    import matplotlib.pyplot as plt
-
-    fig, (progress, workers) = plt.subplots(1, 2, figsize=(11, 4))
-    seconds = [t for t, _ in data["timeline"]] or [0.0]
-    done = [r for _, r in data["timeline"]] or [0]
-    progress.plot(seconds, done, label="rows written")
-    progress.plot([0, data["plan"]["estimated_seconds"]], [0, data["rows"]], "--", label="plan")
-    if data["plan"]["available_seconds"] is not None:
-        progress.axvline(data["plan"]["available_seconds"], color="red", label="deadline")
-    progress.set(xlabel="seconds", ylabel="rows", title="Cumulative rows")
-    progress.legend()
-    names = list(data["workers"]) or ["-"]
-    rates = [data["workers"][w]["rows_per_second"] for w in data["workers"]] or [0.0]
-    workers.barh(names, rates)
-    workers.set(xlabel="rows/s", title="Throughput per worker")
-    fig.tight_layout()
-    svg = io.StringIO()
-    fig.savefig(svg, format="svg")
-    plt.close(fig)
-    return svg.getvalue()
+def _shares(counts: list[int]) -> list[float]:
+    total = sum(counts) or 1
+    return [c / total for c in counts]

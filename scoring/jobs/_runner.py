@@ -1,7 +1,8 @@
 """``scoring run``: plan, refuse an impossible deadline, run, watch, report.
 
 Exit codes (for cron and Airflow): 0 done in time, 1 failed, 2 usage (a bad job file),
-3 the plan cannot meet the deadline (nothing written), 4 finished after the deadline.
+3 the plan cannot meet the deadline (nothing written), 4 finished after the deadline,
+5 a check of the job's ``[checks]`` failed and it says to stop (nothing published).
 """
 
 from __future__ import annotations
@@ -10,25 +11,31 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
+from .._registry import RunRecord
 from .._stores import configured
 from ..errors import (
     CompileError,
     ConfigError,
     DeadlineError,
+    DriftError,
     InputError,
     OutputError,
     RegistryError,
     ScoringError,
 )
+from ._checks import RunChecks
 from ._gpu import GpuSampler
+from ._history import Recorder, describe_trend, trend
 from ._planner import Plan, plan_and_model
-from ._report import write_failure_report, write_report
+from ._report import cpu_seconds, write_failure_report, write_report
 from ._spec import JobSpec
 
 __all__ = [
+    "EXIT_CHECKS",
     "EXIT_FAILED",
     "EXIT_INFEASIBLE",
     "EXIT_LATE",
@@ -38,11 +45,11 @@ __all__ = [
     "run_job",
 ]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE, EXIT_CHECKS = 0, 1, 2, 3, 4, 5
 log = logging.getLogger("scoring.jobs")
 #: Errors a rerun cannot fix: a configuration mistake, a model that does not compile,
 #: bad input, a refused output, an unknown model.
-_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError)
+_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError, DriftError)
 
 
 @dataclass
@@ -52,10 +59,20 @@ class JobOutcome:
     late: bool
     attempts: int
     report_files: list[str]
+    checks: RunChecks | None = None
 
     @property
     def exit_code(self) -> int:
         return EXIT_LATE if self.late else EXIT_OK
+
+
+def exit_code(exc: BaseException) -> int:
+    """What ``scoring run`` exits with for a run that raised ``exc``."""
+    if isinstance(exc, DeadlineError):
+        return EXIT_INFEASIBLE
+    if isinstance(exc, DriftError):
+        return EXIT_CHECKS
+    return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILED
 
 
 class _Watch:
@@ -113,27 +130,86 @@ def _run(
     on_progress: Callable[[float, int], None] | None,
 ) -> JobOutcome:
     start = start or datetime.now(timezone.utc)
+    recorder = Recorder(spec, start=start)
+    cpu_since = cpu_seconds()
     plan: Plan | None = None
     try:
-        plan, model, data = plan_and_model(spec, start=start)
+        plan, model, data, reference = plan_and_model(spec, start=start)
+        recorder.planned(plan, model, data)
+        checks = RunChecks(spec.checks, reference, model=spec.model)
         if on_plan is not None:
             on_plan(plan)
         if not plan.feasible:
             raise DeadlineError(plan.summary().splitlines()[-1].strip())
         deadline = spec.deadline_at(start)
-        watch = _Watch(deadline, plan.rows, then=on_progress)
-        with GpuSampler() as gpu:
-            report, attempts = _with_retries(spec, data, model, watch, progress=progress)
-    except DeadlineError:
-        raise  # refused before anything is written: nothing to report but the reason
+        watch = _Watch(deadline, plan.rows, then=_both(recorder.progress, on_progress))
+        with GpuSampler() as gpu, _Warnings() as warned:
+            report, attempts = _with_retries(spec, data, model, watch, checks,
+                                             progress=progress)  # fmt: skip
+    except DeadlineError as exc:  # refused before anything is written: no report
+        recorder.record("refused", exit_code=EXIT_INFEASIBLE, error=exc)
+        raise
     except Exception as exc:
+        failed = exit_code(exc)
+        recorder.record("failed", exit_code=failed, error=exc)
         _report_failure(spec, exc, plan=plan, start=start)
         raise
     finished = datetime.now(timezone.utc)
     late = deadline is not None and finished > deadline
-    files = write_report(spec, plan, report, gpu=gpu.result(), deadline=deadline,
-                         finished=finished, attempts=attempts)  # fmt: skip
-    return JobOutcome(plan, report, late, attempts, files)
+    runs = recorder.record("late" if late else "ok", exit_code=EXIT_LATE if late else EXIT_OK,
+                           finished=finished, report=report)  # fmt: skip
+    window = (deadline - start).total_seconds() if deadline else None
+    files = write_report(spec, plan, report, gpu=gpu.result(), started=start,
+                         stages=recorder.stages(report), deadline=deadline, finished=finished,
+                         attempts=attempts, input_bytes=data.bytes, cpu_since=cpu_since,
+                         warnings=warned.messages,
+                         checks=checks, history=_history(runs, window))  # fmt: skip
+    return JobOutcome(plan, report, late, attempts, files, checks)
+
+
+class _Warnings(logging.Handler):
+    """The warnings the product logs while a run scores, for its report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> _Warnings:
+        logging.getLogger("scoring").addHandler(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        logging.getLogger("scoring").removeHandler(self)
+
+
+def _both(
+    first: Callable[[float, int], None], then: Callable[[float, int], None] | None
+) -> Callable[[float, int], None]:
+    if then is None:
+        return first
+
+    def both(seconds: float, rows: int) -> None:
+        first(seconds, rows)
+        then(seconds, rows)
+
+    return both
+
+
+def _history(runs: list[RunRecord], window: float | None) -> dict[str, Any]:
+    """The report's history section: the runs, and their trend against the window."""
+    found = trend(runs, window_seconds=window)
+    return {
+        "runs": [
+            {"started": r.started_at.isoformat(), "seconds": r.seconds, "outcome": r.outcome,
+             "rows": r.rows}
+            for r in runs
+        ],
+        **found,
+        "trend": describe_trend(found),
+    }  # fmt: skip
 
 
 def _report_failure(spec: JobSpec, exc: Exception, *, plan: Plan | None, start: datetime) -> None:
@@ -146,7 +222,13 @@ def _report_failure(spec: JobSpec, exc: Exception, *, plan: Plan | None, start: 
 
 
 def _with_retries(
-    spec: JobSpec, data: InputDataset, model: ModelSource, watch: _Watch, *, progress: bool
+    spec: JobSpec,
+    data: InputDataset,
+    model: ModelSource,
+    watch: _Watch,
+    checks: RunChecks,
+    *,
+    progress: bool,
 ) -> tuple[ScoreReport, int]:
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):
@@ -156,7 +238,8 @@ def _with_retries(
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 verify=spec.verify, registry=spec.registry,
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
-                storage_options=spec.storage_options,
+                storage_options=spec.storage_options, monitor=checks.reference,
+                before_publish=checks,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:

@@ -16,7 +16,7 @@
     workers = "auto"                            # or a number (engines with workers)
     retries = 1                                 # reruns after a failure (they resume)
     verify = false                              # a complete output's files: sha256, not sizes
-    registry = "s3://models/registry"           # default $SCORING_HOME, else ./.scoring
+    registry = "s3://models/registry"           # default $SCORING_HOME, else per user
     registry_db = "postgresql+psycopg://scoring@db/registry"
 
     [storage_options]                           # fsspec's, for the job's object stores
@@ -25,6 +25,12 @@
     [resources]                                 # per worker (ray: actors; spark: tasks)
     cpus = 1.0
     gpus = 1.0
+
+    [checks]                                    # against the model's registration sample
+    max_psi = 0.2                               # drift of any feature or output column
+    max_null_rate = 0.05                        # of any feature column
+    min_rows = 1000000
+    fail = true                                 # exit 5, nothing published (else: warn)
 
     [ray]                                       # options of the chosen engine
     address = "auto"
@@ -64,7 +70,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["JobSpec", "load_job", "parse_duration"]
+__all__ = ["Checks", "JobSpec", "load_job", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
@@ -83,6 +89,17 @@ def parse_duration(text: str) -> timedelta:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Checks(_Strict):
+    """``[checks]``: limits on what a run scores, against the model's reference profile
+    (its registration sample; see :mod:`scoring._drift`).  A breach is a warning, or
+    with ``fail = true`` stops the run before anything is published (exit 5)."""
+
+    max_psi: float | None = Field(default=None, gt=0)  # per feature and output column
+    max_null_rate: float | None = Field(default=None, ge=0, le=1)  # per feature column
+    min_rows: int | None = Field(default=None, ge=0)  # in the whole output
+    fail: bool = False
 
 
 class Resources(_Strict):
@@ -119,6 +136,7 @@ class JobSpec(_EngineTables):
     registry_db: str | None = None  # a SQLAlchemy URL (see scoring.Registry's db_url)
     storage_options: dict[str, Any] = Field(default_factory=dict)  # see scoring._stores
     resources: Resources = Resources()
+    checks: Checks = Checks()
 
     @field_validator("engine")
     @classmethod

@@ -1,0 +1,154 @@
+"""A job's runs, recorded in the registry database, and their trend against the window.
+
+:class:`Recorder` collects what a run did as it goes and records it once, whatever the
+outcome: a refused or failed run is history too.  :func:`trend` fits the last runs'
+durations with a straight line over calendar time and says when, at that pace, a run
+would no longer fit in the window from start to deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+
+from .._dataset import InputDataset
+from .._engines import ModelSource, ScoreReport
+from .._registry import ModelStore, RunRecord
+from ._planner import Plan
+from ._spec import JobSpec
+
+__all__ = ["HISTORY_RUNS", "Recorder", "describe_trend", "trend"]
+
+log = logging.getLogger("scoring.jobs")
+
+#: Runs a report shows, and the trend is fitted on.
+HISTORY_RUNS = 30
+#: Fewer finished runs than this, or runs spanning less time, make no trend: a slope
+#: per day fitted over minutes of reruns is noise.
+MIN_TREND_RUNS = 3
+MIN_TREND_DAYS = 1.0
+
+
+class Recorder:
+    """What one run of ``spec`` did so far; :meth:`record` stores it."""
+
+    def __init__(self, spec: JobSpec, *, start: datetime):
+        self.spec, self.start = spec, start
+        self.began = datetime.now(timezone.utc)
+        self.plan: Plan | None = None
+        self.planned_at: datetime | None = None
+        self.data: InputDataset | None = None
+        self.model: ModelSource | None = None
+        self.rows = 0  # written so far, as progress reports them
+
+    def planned(self, plan: Plan, model: ModelSource, data: InputDataset) -> None:
+        self.plan, self.model, self.data = plan, model, data
+        self.planned_at = datetime.now(timezone.utc)
+
+    def progress(self, _seconds: float, rows: int) -> None:
+        self.rows = rows
+
+    def record(
+        self,
+        outcome: str,
+        *,
+        exit_code: int,
+        finished: datetime | None = None,
+        report: ScoreReport | None = None,
+        error: BaseException | None = None,
+    ) -> list[RunRecord]:
+        """Store this run; returns the job's last :data:`HISTORY_RUNS` runs (this one
+        last), or nothing when the registry cannot be written: the run's own outcome
+        stands, with a warning."""
+        record = self._record(outcome, exit_code, finished or datetime.now(timezone.utc),
+                              report, error)  # fmt: skip
+        try:
+            history = ModelStore(self.spec.registry, db_url=self.spec.registry_db,
+                                 storage_options=self.spec.storage_options).runs  # fmt: skip
+            history.add(record)
+            return history.list(self.spec.name, limit=HISTORY_RUNS)
+        except Exception as exc:
+            log.warning("could not record the run in the registry's history: %s", exc)
+            return []
+
+    def _record(
+        self,
+        outcome: str,
+        exit_code: int,
+        finished: datetime,
+        report: ScoreReport | None,
+        error: BaseException | None,
+    ) -> RunRecord:
+        deadline = self.spec.deadline_at(self.start)
+        stages = self.stages(report)
+        return RunRecord.model_validate({
+            "job": self.spec.name, "started_at": self.began, "finished_at": finished,
+            "outcome": outcome, "exit_code": exit_code,
+            "rows": report.rows if report else self.rows,
+            "rows_resumed": report.rows_skipped if report else 0,
+            "bytes": self.data.bytes if self.data else 0, "stages": stages,
+            "deadline": deadline,
+            "window_seconds": (deadline - self.start).total_seconds() if deadline else None,
+            "host": socket.gethostname(), "engine": self.spec.engine,
+            "device": report.device if report else self.plan.device if self.plan else "",
+            "backend": report.backend if report else self.plan.backend if self.plan else "",
+            "models": [self._model(report)], "output": self.spec.output,
+            "error": f"{type(error).__name__}: {error}" if error else None,
+        })  # fmt: skip
+
+    def stages(self, report: ScoreReport | None) -> dict[str, float]:
+        """Seconds per stage so far: ``plan`` (listing, model load, timing), ``run``
+        (scoring and commit), and what the engine measured: ``commit``, and the busy
+        seconds of ``read``, ``score`` and ``write``, which overlap within ``run``."""
+        stages = {}
+        if self.planned_at is not None:
+            stages["plan"] = (self.planned_at - self.began).total_seconds()
+        if report is not None:
+            stages["run"] = report.seconds
+            stages.update(report.stages)
+        return stages
+
+    def _model(self, report: ScoreReport | None) -> dict[str, str]:
+        sha = report.sha256 if report else self.model.sha256 if self.model else ""
+        return {"ref": self.spec.model, "sha256": sha}
+
+
+def trend(runs: list[RunRecord], *, window_seconds: float | None) -> dict[str, Any]:
+    """The durations of ``runs`` that scored (ok or late) against ``window_seconds``:
+    the fitted growth in seconds per day, and the date the fit reaches the window
+    (``None`` when it is not growing, or too few runs over too short a time)."""
+    finished = [r for r in runs if r.outcome in ("ok", "late")]
+    result: dict[str, Any] = {
+        "window_seconds": window_seconds, "seconds_per_day": None, "projected_miss": None,
+    }  # fmt: skip
+    if len(finished) < MIN_TREND_RUNS or not window_seconds:
+        return result
+    first = finished[0].started_at
+    days = np.array([(r.started_at - first).total_seconds() / 86_400 for r in finished])
+    seconds = np.array([r.seconds for r in finished])
+    if np.ptp(days) < MIN_TREND_DAYS:
+        return result
+    slope, intercept = np.polyfit(days, seconds, 1)
+    result["seconds_per_day"] = float(slope)
+    now = float(days[-1])
+    fitted_now = intercept + slope * now
+    if fitted_now >= window_seconds:
+        result["projected_miss"] = finished[-1].started_at.isoformat()  # already there
+    elif slope > 0:
+        left = (window_seconds - fitted_now) / slope
+        result["projected_miss"] = (finished[-1].started_at + timedelta(days=left)).isoformat()
+    return result
+
+
+def describe_trend(found: dict[str, Any]) -> str:
+    """:func:`trend`'s result in one line."""
+    if found["seconds_per_day"] is None:
+        return "trend: too few finished runs over at least a day, or no deadline"
+    line = f"trend: {found['seconds_per_day']:+,.1f} s/day"
+    miss = found["projected_miss"]
+    return line + (f"; at this pace the window is missed from {miss[:10]}" if miss else
+                   "; not growing")  # fmt: skip
