@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 		$(BIN)/pip install "torch==$(TORCH_VERSION)" \
 			$(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX)); \
 	fi
-	$(BIN)/pip install -e '.[dev,ray,spark,catboost,postgres,s3]'
+	$(BIN)/pip install -e '.[dev,ray,spark,catboost,postgres,s3,metrics]'
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ]; then \
 		echo "warning: no Java runtime: the Spark engine and its tests need Java 17 or 21."; \

@@ -306,8 +306,9 @@ def test_every_run_is_recorded_with_its_outcome_and_listed(tmp_path: Path, regis
     assert first["bytes"] == sum(f.stat().st_size for f in files.iterdir())
     assert set(first["stages"]) == {"plan", "run", "read", "score", "write", "commit"}
     assert first["stages"]["run"] >= first["stages"]["commit"] and first["engine"] == "local"
+    production = registry.get("churn@production")
     assert first["models"] == [
-        {"ref": "churn@production", "sha256": registry.get("churn@production").sha256}
+        {"ref": "churn@production", "sha256": production.sha256, "version": production.ref}
     ]
     assert "no-such-alias" in runs[2]["error"] and runs[2]["models"][0]["sha256"] == ""
     assert "NOT feasible" in runs[1]["error"]
@@ -362,6 +363,9 @@ def test_drift_breaches_name_the_drifted_features_and_stop_before_publishing(
     assert "f5' is 100.0% null" in stopped.output and "nothing published" in stopped.output
     out = tmp_path / "out-shifted"
     assert not (out / "_SUCCESS").exists() and not list(out.glob("*.parquet"))
+    failed = json.loads((out / "_scoring_report.json").read_text())  # what stopped it
+    assert failed["status"] == "failed" and len(failed["checks"]["breaches"]) == 3
+    assert "Checks: drift against the reference" in (out / "_scoring_report.html").read_text()
     assert runner.invoke(app, ["run", str(tmp_path / "job.toml"), "--no-progress"]).exit_code == 5
 
     warned = run("shifted", fail=False)
@@ -372,6 +376,59 @@ def test_drift_breaches_name_the_drifted_features_and_stop_before_publishing(
     assert features == {"f3", "f5"}
     assert (out / "_SUCCESS").exists()
     assert "Checks: drift against the reference" in (out / "_scoring_report.html").read_text()
+
+
+def test_each_run_publishes_its_metrics_for_prometheus(tmp_path: Path, registry: Any) -> None:
+    """[metrics]: a node_exporter textfile, replaced by each run, and a Pushgateway
+    (here a one-request HTTP server): rows, deadline margin, outcome, exit code."""
+    import http.server
+    import threading
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pushed: list[tuple[str, str]] = []
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            pushed.append((self.path, body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Gateway)
+    serving = threading.Thread(target=server.handle_request)
+    serving.start()
+    textfile = tmp_path / "node_exporter" / "scoring.prom"
+    write_rows(tmp_path / "in", 3_000)
+    path = job_file(tmp_path, registry, name="metered", deadline="1h")
+    path.write_text(path.read_text() + f'[metrics]\ntextfile = "{textfile}"\n'
+                    f'pushgateway = "127.0.0.1:{server.server_port}"\n')  # fmt: skip
+    assert runner.invoke(app, ["run", str(path), "--no-progress"]).exit_code == 0
+    serving.join()
+    server.server_close()
+
+    def samples(text: str) -> dict[str, float]:
+        return {
+            s.name + "".join(f"[{v}]" for k, v in s.labels.items() if k != "job"): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    found = samples(textfile.read_text())
+    assert found["scoring_job_rows"] == 3_000 and found["scoring_job_success"] == 1
+    assert found["scoring_job_outcome[ok]"] == 1 and found["scoring_job_outcome[failed]"] == 0
+    assert 3_000 < found["scoring_job_deadline_margin_seconds"] <= 3_600
+    assert pushed[0][0] == "/metrics/job/scoring_metered"
+    assert samples(pushed[0][1])["scoring_job_exit_code"] == 0
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    path.write_text(path.read_text().replace('deadline = "1h"', f'deadline = "{passed}"')
+                    .replace(f"127.0.0.1:{server.server_port}", "127.0.0.1:1"))  # fmt: skip
+    assert runner.invoke(app, ["run", str(path), "--no-progress"]).exit_code == 3
+    found = samples(textfile.read_text())  # replaced; the unreachable gateway only warned
+    assert found["scoring_job_outcome[refused]"] == 1 and found["scoring_job_exit_code"] == 3
 
 
 def _runs(seconds: list[float], *, outcome: str = "ok") -> list[Any]:

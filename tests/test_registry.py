@@ -252,3 +252,41 @@ def test_identical_bytes_registered_again_stand_alone(
     )
     registry.delete_version("upsell", 1)
     assert _artifact_files(registry) == []
+
+
+def test_run_history_and_reference_profiles_on_every_database(
+    registry: scoring.Registry,
+) -> None:
+    """The job history (the latest runs, oldest first) and a version's drift reference:
+    stored with it, absent without a sample, deleted with it (PostgreSQL enforces the
+    foreign key)."""
+    from datetime import datetime, timedelta, timezone
+
+    from scoring._catalog import reference_profile
+    from scoring._frameworks import import_model
+    from scoring._registry import RunRecord
+
+    job = f"job-{uuid.uuid4().hex[:8]}"  # the PostgreSQL database is shared
+    start = datetime(2026, 11, 1, 1, 0, tzinfo=timezone.utc)
+    for day, (outcome, code) in enumerate([("ok", 0), ("late", 4), ("failed", 1)]):
+        registry.runs.add(RunRecord(
+            job=job, started_at=start + timedelta(days=day), outcome=outcome, exit_code=code,
+            finished_at=start + timedelta(days=day, seconds=60 + day), stages={"plan": 1.5},
+        ))  # fmt: skip
+    found = registry.runs.list(job, limit=2)
+    assert [(r.outcome, r.exit_code, r.seconds) for r in found] == [
+        ("late", 4, 61),
+        ("failed", 1, 62),
+    ]
+    assert found[0].started_at == start + timedelta(days=1) and found[0].stages == {"plan": 1.5}
+    assert registry.runs.list("no-such-job") == []
+
+    model, _, _ = built("lgb_cat_frame")
+    X = probe_frame(import_model(model), n_rows=300)
+    plain = registry.register("profiled", model)
+    sampled = registry.register("profiled", model, sample=X)
+    assert registry.reference(plain) is None
+    stored = registry.reference(sampled)
+    assert stored == reference_profile(model, import_model(model), X) and stored.rows == 300
+    registry.delete_version("profiled", sampled.version)
+    assert [mv.version for mv in registry.versions("profiled")] == [plain.version]

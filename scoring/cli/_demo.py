@@ -73,10 +73,10 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     })  # fmt: skip
     outcome = run_job(spec, on_plan=lambda plan: messages.print(plan.summary()))
     messages.print(f"scored {outcome.report.summary()}")
-    messages.print(f"report: {outcome.report_files[1]}")
     error = _parity(work / "output", model, np.asarray(X, dtype=np.float32))
     messages.print(f"published scores vs XGBoost's own predict_proba: max error {error:.1e}")
-    messages.print(f"demo done in {time.perf_counter() - start:.1f} s")
+    messages.print(f"demo done in {time.perf_counter() - start:.1f} s; its report (open it "
+                   f"in a browser): {outcome.report_files[1]}")  # fmt: skip
 
 
 def _write_input(X: np.ndarray, path: Path) -> None:

@@ -47,7 +47,7 @@ def runs(
             r.started_at.strftime("%Y-%m-%d %H:%M:%S"), r.job, r.outcome, str(r.exit_code),
             f"{r.rows:,}", f"{r.seconds:,.1f}",
             f"{r.window_seconds:,.0f}" if r.window_seconds else "-",
-            r.engine, r.device or "-", ", ".join(m["ref"] for m in r.models),
+            r.engine, r.device or "-", ", ".join(m.get("version", m["ref"]) for m in r.models),
         )  # fmt: skip
     console = Console(soft_wrap=True)
     console.print(table)

@@ -30,8 +30,10 @@ class RunChecks:
         self.drift: list[ColumnDrift] = []
         self.breaches: list[str] = []
         self.note: str | None = None  # why no drift was measured
+        self.seen: ScoreReport | None = None  # the run checked
 
     def __call__(self, report: ScoreReport) -> None:
+        self.seen = report
         rows = report.rows + report.rows_skipped
         self.breaches = self._rows(rows) + self._drift(report)
         for breach in self.breaches:

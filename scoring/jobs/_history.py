@@ -18,6 +18,7 @@ import numpy as np
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport
 from .._registry import ModelStore, RunRecord
+from ._metrics import publish_metrics
 from ._planner import Plan
 from ._spec import JobSpec
 
@@ -61,11 +62,12 @@ class Recorder:
         report: ScoreReport | None = None,
         error: BaseException | None = None,
     ) -> list[RunRecord]:
-        """Store this run; returns the job's last :data:`HISTORY_RUNS` runs (this one
-        last), or nothing when the registry cannot be written: the run's own outcome
-        stands, with a warning."""
+        """Store this run (and publish its metrics, if the job asks); returns the job's
+        last :data:`HISTORY_RUNS` runs (this one last), or nothing when the registry
+        cannot be written: the run's own outcome stands, with a warning."""
         record = self._record(outcome, exit_code, finished or datetime.now(timezone.utc),
                               report, error)  # fmt: skip
+        publish_metrics(self.spec.metrics, record)
         try:
             history = ModelStore(self.spec.registry, db_url=self.spec.registry_db,
                                  storage_options=self.spec.storage_options).runs  # fmt: skip
@@ -113,8 +115,14 @@ class Recorder:
         return stages
 
     def _model(self, report: ScoreReport | None) -> dict[str, str]:
+        """The model as the job names it, the registered version that resolved to (when
+        it came from a registry) and its sha256."""
         sha = report.sha256 if report else self.model.sha256 if self.model else ""
-        return {"ref": self.spec.model, "sha256": sha}
+        found = {"ref": self.spec.model, "sha256": sha}
+        manifest = self.model.bundle.manifest if self.model and self.model.bundle else {}
+        if "name" in manifest:
+            found["version"] = f"{manifest['name']}@{manifest['version']}"
+        return found
 
 
 def trend(runs: list[RunRecord], *, window_seconds: float | None) -> dict[str, Any]:

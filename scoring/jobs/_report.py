@@ -118,11 +118,12 @@ def _files(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_failure_report(
     spec: JobSpec, *, error: BaseException, plan: Plan | None, started: datetime,
-    attempts: int, permanent: bool,
+    attempts: int, permanent: bool, checks: RunChecks | None = None,
 ) -> list[str]:  # fmt: skip
     """The report of a failed run, under the same names in the output folder (readers
     skip ``_`` files and nothing is published): the error, the files the run's journal
-    holds and what a rerun does with them.  A later successful run replaces it."""
+    holds and what a rerun does with them, and the checks when they stopped it.  A
+    later successful run replaces it."""
     fs, root = fsspec.core.url_to_fs(spec.output)
     root = root.rstrip("/")
     done = [json.loads(fs.cat_file(p)) for p in fs.glob(f"{root}/_temporary/_journal/*.json")]
@@ -141,6 +142,7 @@ def write_failure_report(
         "files_done": len(done), "rows_done": rows_done,
         "files_total": plan.files if plan else None, "rows_total": plan.rows if plan else None,
         "rerun": f"a rerun {rerun}", "plan": plan.to_dict() if plan else None,
+        "checks": _checks(spec, checks, checks.seen) if checks and checks.seen else None,
     }  # fmt: skip
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
     fs.makedirs(root, exist_ok=True)

@@ -68,6 +68,7 @@ def render_failure_html(data: dict[str, Any]) -> str:
             ("rows written", _of(data["rows_done"], data["rows_total"])),
             ("input", data["input"]), ("output", data["output"])]  # fmt: skip
     body = f"<p class='note'>{html.escape(data['rerun'])}</p>" + _section("Run", _table(rows))
+    body += _checks(data)  # a run its checks stopped: what drifted
     return _page(data["job"], "failed", "FAILED: nothing was published", data, body)
 
 

@@ -133,6 +133,7 @@ def _run(
     recorder = Recorder(spec, start=start)
     cpu_since = cpu_seconds()
     plan: Plan | None = None
+    checks: RunChecks | None = None
     try:
         plan, model, data, reference = plan_and_model(spec, start=start)
         recorder.planned(plan, model, data)
@@ -152,7 +153,7 @@ def _run(
     except Exception as exc:
         failed = exit_code(exc)
         recorder.record("failed", exit_code=failed, error=exc)
-        _report_failure(spec, exc, plan=plan, start=start)
+        _report_failure(spec, exc, plan=plan, start=start, checks=checks)
         raise
     finished = datetime.now(timezone.utc)
     late = deadline is not None and finished > deadline
@@ -212,11 +213,19 @@ def _history(runs: list[RunRecord], window: float | None) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _report_failure(spec: JobSpec, exc: Exception, *, plan: Plan | None, start: datetime) -> None:
+def _report_failure(
+    spec: JobSpec,
+    exc: Exception,
+    *,
+    plan: Plan | None,
+    start: datetime,
+    checks: RunChecks | None,
+) -> None:
     permanent = isinstance(exc, _PERMANENT) or plan is None
     try:
         write_failure_report(spec, error=exc, plan=plan, started=start, permanent=permanent,
-                             attempts=1 if permanent else spec.retries + 1)  # fmt: skip
+                             attempts=1 if permanent else spec.retries + 1,
+                             checks=checks)  # fmt: skip
     except Exception as failed:  # the run's own error is the one to report
         log.warning("could not write the report of the failed run: %s", failed)
 

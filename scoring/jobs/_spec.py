@@ -32,6 +32,10 @@
     min_rows = 1000000
     fail = true                                 # exit 5, nothing published (else: warn)
 
+    [metrics]                                   # Prometheus, per run (the metrics extra)
+    textfile = "/var/lib/node_exporter/scoring_nightly.prom"
+    pushgateway = "pushgateway:9091"
+
     [ray]                                       # options of the chosen engine
     address = "auto"
 
@@ -70,7 +74,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Checks", "JobSpec", "load_job", "parse_duration"]
+__all__ = ["Checks", "JobSpec", "Metrics", "load_job", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
@@ -100,6 +104,15 @@ class Checks(_Strict):
     max_null_rate: float | None = Field(default=None, ge=0, le=1)  # per feature column
     min_rows: int | None = Field(default=None, ge=0)  # in the whole output
     fail: bool = False
+
+
+class Metrics(_Strict):
+    """``[metrics]``: each run's numbers for Prometheus, which schedulers alert from: a
+    node_exporter textfile (written whole, then renamed into place), a Pushgateway, or
+    both (the ``metrics`` extra)."""
+
+    textfile: str | None = None
+    pushgateway: str | None = None  # host:port
 
 
 class Resources(_Strict):
@@ -137,6 +150,7 @@ class JobSpec(_EngineTables):
     storage_options: dict[str, Any] = Field(default_factory=dict)  # see scoring._stores
     resources: Resources = Resources()
     checks: Checks = Checks()
+    metrics: Metrics = Metrics()
 
     @field_validator("engine")
     @classmethod
