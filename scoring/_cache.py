@@ -14,7 +14,8 @@ from collections import OrderedDict
 import torch
 
 from ._bundle import Bundle
-from ._model import CompiledModel, compile_model
+from ._model import compile_model
+from ._modelset import BundleSet, ModelSet, Scoring, compile_set
 
 __all__ = ["CompiledCache", "compiled"]
 
@@ -24,9 +25,16 @@ CPU_MAX_BYTES = 4 << 30
 _Key = tuple[str, str, str, str]
 
 
-def device_bytes(cm: CompiledModel) -> int:
+def device_bytes(cm: Scoring) -> int:
     """Bytes the compiled model's tensors take on its device (0 for native predictors)."""
-    module = getattr(cm.implementation, "module", None)
+    if isinstance(cm, ModelSet):
+        groups = sum(_module_bytes(g.backend) for g in cm.groups)
+        return groups + sum(_module_bytes(cm.models[i].implementation) for i in cm.alone)
+    return _module_bytes(cm.implementation)
+
+
+def _module_bytes(backend: object) -> int:
+    module = getattr(backend, "module", None)
     if not isinstance(module, torch.nn.Module):
         return 0
     tensors = [*module.parameters(), *module.buffers()]
@@ -45,21 +53,30 @@ class CompiledCache:
     def __init__(self, *, max_models: int = MAX_MODELS, max_bytes: int | None = None):
         self.max_models = max_models
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[_Key, tuple[CompiledModel, int]] = OrderedDict()
+        self._entries: OrderedDict[_Key, tuple[Scoring, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(
-        self, bundle: Bundle, *, device: str = "auto", backend: str = "auto", strategy: str = "auto"
-    ) -> CompiledModel:
+        self,
+        bundle: Bundle | BundleSet,
+        *,
+        device: str = "auto",
+        backend: str = "auto",
+        strategy: str = "auto",
+    ) -> Scoring:
         key = (bundle.sha256, backend, strategy, device)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key][0]
-            cm = compile_model(bundle, device=device, backend=backend, strategy=strategy)
+            cm: Scoring
+            if isinstance(bundle, BundleSet):
+                cm = compile_set(bundle, device=device, backend=backend, strategy=strategy)
+            else:
+                cm = compile_model(bundle, device=device, backend=backend, strategy=strategy)
             self._entries[key] = (cm, device_bytes(cm))
             self._evict(cm.device)
             return cm
@@ -81,7 +98,11 @@ _PROCESS_CACHE = CompiledCache()
 
 
 def compiled(
-    bundle: Bundle, *, device: str = "auto", backend: str = "auto", strategy: str = "auto"
-) -> CompiledModel:
-    """The bundle compiled once per process (see :class:`CompiledCache`)."""
+    bundle: Bundle | BundleSet,
+    *,
+    device: str = "auto",
+    backend: str = "auto",
+    strategy: str = "auto",
+) -> Scoring:
+    """The bundle (or a set's) compiled once per process (see :class:`CompiledCache`)."""
     return _PROCESS_CACHE.get(bundle, device=device, backend=backend, strategy=strategy)

@@ -28,7 +28,7 @@ from .errors import (
     NonNumericColumnError,
 )
 
-__all__ = ["prepare", "feature_names", "named_columns", "select_columns"]
+__all__ = ["Matrix", "prepare", "prepare_key", "feature_names", "named_columns", "select_columns"]
 
 _AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -64,6 +64,18 @@ def prepare(X: Any, forest: Forest, *, leaves: bool = False) -> Matrix:
         column[_isnan(column)] = fill
     _check_values(mat, forest, _input_labels(X, forest), leaves=leaves)
     return mat
+
+
+def prepare_key(forest: Forest) -> str:
+    """Equal for two forests whose :func:`prepare` reads and checks the same input the
+    same way (every field of the Forest it reads), so one matrix can serve both."""
+    read = (
+        forest.feature_names, forest.n_features, forest.input_dtype, forest.missing_value,
+        sorted(forest.fill_missing.items()), forest.categorical_features, forest.categories,
+        forest.recode_categories, forest.reject_unknown_categories, forest.encoded,
+        sorted(forest.refuses.items()), forest.dropped,
+    )  # fmt: skip
+    return repr(read)
 
 
 def _input_labels(X: Any, forest: Forest) -> list[str]:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._backends import Backend
-from ._inputs import feature_names, named_columns, prepare
+from ._inputs import Matrix, feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
 from .errors import InputError, MissingColumnError, NonNumericColumnError
@@ -53,6 +53,11 @@ class Scorer:
     @property
     def batch_rows(self) -> int:
         return self.backend.batch_rows
+
+    @property
+    def output_schema(self) -> pa.Schema:
+        """The output columns (kept ones not included)."""
+        return self.layout.schema
 
     def allow_parallel_calls(self, cpus: int) -> int:
         """How many ``score`` calls may run side by side on ``cpus`` CPUs (the caller's
@@ -122,12 +127,18 @@ class Scorer:
 
     def score(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         """Kept columns, then the output columns, for every row of ``batch``."""
-        features = _as_labels(batch.select(self.feature_columns(batch.schema.names)), self)
-        mat = prepare(features, self.forest)  # typed errors for anything native refuses
-        values, raw = self.backend.score(features, mat, raw=self.layout.raw)
-        columns = [batch.column(k) for k in self.keep]
-        columns += self.layout.arrays(values, raw, self.forest)
+        columns = [batch.column(k) for k in self.keep] + self.outputs_of(*self.matrix(batch))
         return pa.Table.from_arrays(columns, names=self.keep + self.output_names)
+
+    def outputs_of(self, features: pa.Table, mat: Matrix) -> list[pa.Array]:
+        """The output columns of rows already read by :meth:`matrix`."""
+        values, raw = self.backend.score(features, mat, raw=self.layout.raw)
+        return self.layout.arrays(values, raw, self.forest)
+
+    def matrix(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.Table, Matrix]:
+        """The model's feature columns of ``batch`` and their validated matrix."""
+        features = _as_labels(batch.select(self.feature_columns(batch.schema.names)), self)
+        return features, prepare(features, self.forest)  # typed errors for what native refuses
 
 
 def _as_labels(features: pa.RecordBatch | pa.Table, scorer: Scorer) -> pa.Table:

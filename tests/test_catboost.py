@@ -33,6 +33,16 @@ def test_a_registered_model_is_catboosts_own_file_and_the_same_bytes_twice(
     np.testing.assert_array_equal(cm.predict_raw(rows), model.predict(rows, "RawFormulaVal"))
 
 
+def test_a_restored_poisson_model_predicts_counts_as_the_trained_one(tmp_path: Path) -> None:
+    model, _, _ = built("cb_poisson")
+    registry = scoring.Registry(tmp_path / "reg")
+    registry.register("counts", model)
+    rows = np.random.default_rng(2).normal(size=(300, 6))
+    for backend in ("native", "tensor"):
+        cm = scoring.compile(registry.bundle("counts"), backend=backend, device="cpu")
+        np.testing.assert_allclose(cm.predict(rows), model.predict(rows), rtol=1e-9)
+
+
 @pytest.mark.parametrize("fmt", ["cbm", "json"])
 def test_a_model_file_is_read_as_the_class_its_loss_says(tmp_path: Path, fmt: str) -> None:
     model, _, _ = built("cb_clf")

@@ -190,7 +190,12 @@ def test_storage_options_for_no_object_store_are_refused(tmp_path: Path, registr
 def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN_DATE", "2026-11-21")
     specs = {p.stem: load_job(p) for p in sorted(JOBS.glob("*.toml"))}
-    assert set(specs) == {"demo", "nightly", "ray", "spark"}
+    assert set(specs) == {"demo", "many_models", "nightly", "ray", "spark"}
+    assert specs["many_models"].model_arg == [
+        {"model": "churn@production", "prefix": None, "where": None},
+        {"model": "churn@challenger", "prefix": "challenger", "where": None},
+        {"model": "upsell@production", "prefix": None, "where": None},
+    ]
     assert specs["nightly"].input == "/data/features/date=2026-11-21/"
     assert specs["ray"].engine_options() == {"address": "auto", "num_cpus": 1.0, "num_gpus": 1.0}
     assert specs["spark"].engine_options()["conf"]["spark.task.resource.gpu.amount"] == "0.25"

@@ -281,3 +281,27 @@ def test_after_a_failure_of_rays_own_the_files_not_journaled_go_to_a_new_job(
         out = pq.read_table(tmp_path / f"out-{files}").to_pandas()
         np.testing.assert_array_equal(out["id"], frame["id"])  # every row once
         assert_native_parity(out, "lgb_clf", X)
+
+
+def test_a_set_of_models_on_ray_matches_the_local_engine(tmp_path: Path, ray_session: Any) -> None:
+    import pandas as pd
+
+    from .test_many_models import _input, _models
+
+    models = {k: v for k, v in _models().items() if k != "rf"}
+    listed = [{"model": m, "prefix": k} for k, m in models.items()]
+    write_input(_input(models), tmp_path / "in", files=4)
+    args = {"keep": ["id"], "backend": "tensor", "progress": False}
+    result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", listed, engine="ray",
+                                   **args)  # fmt: skip
+    local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", listed,
+                                  **args)  # fmt: skip
+    assert result.sha256 == local.sha256 and result.backend == "tensor"
+    want = pq.read_table(tmp_path / "local").to_pandas()
+    pd.testing.assert_frame_equal(pq.read_table(tmp_path / "out").to_pandas(), want)
+    scored = scoring.ray.score_dataset(ray.data.read_parquet(str(tmp_path / "in")), listed,
+                                       keep=["id"], backend="tensor")  # fmt: skip
+    got = scored.to_pandas().sort_values("id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(
+        got[want.columns], want, check_dtype=False, check_categorical=False
+    )

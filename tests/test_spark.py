@@ -301,3 +301,25 @@ def test_spark_submit_entry_point(tmp_path: Path, registry: Any) -> None:
     out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")
     np.testing.assert_allclose(out["probability"], native_columns("xgb_clf", X)["probability"],
                                rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+def test_score_dataframe_with_several_models_matches_the_local_engine(
+    tmp_path: Path, spark: Any
+) -> None:
+    from scoring.spark import register_udf, score_dataframe
+
+    from .test_many_models import _input, _models
+
+    models = {k: v for k, v in _models().items() if k in ("churn", "upsell", "value")}
+    listed = [{"model": m, "prefix": k} for k, m in models.items()]
+    frame = write_input(_input(models).drop(columns=["segment"]), tmp_path / "in", files=2)
+    local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", listed, keep=["id"],
+                                  progress=False)  # fmt: skip
+    df = spark.createDataFrame(frame.astype({"id": "int64"}))
+    out = score_dataframe(df, listed, keep=["id"], backend="tensor")
+    assert out.columns == ["id", *local.outputs]
+    got = out.orderBy("id").toPandas()
+    want = pq.read_table(tmp_path / "local").to_pandas()
+    pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-6)
+    with pytest.raises(scoring.errors.ConfigError, match="one model per SQL function"):
+        register_udf(spark, "several", listed)

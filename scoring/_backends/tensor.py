@@ -17,7 +17,7 @@ from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
 from . import CPU_BATCH_ROWS, Backend
 
-__all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows"]
+__all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows", "finish"]
 
 CUDA_MAX_BATCH_ROWS = 1 << 21
 MIN_BATCH_ROWS = 1024
@@ -29,6 +29,23 @@ def cuda_batch_rows(forest: Forest, device: torch.device, *, fraction: float = 0
     # inputs (float64 worst case), margins and values, and the strategy's per-row tables.
     per_row = 8 * forest.n_features + 16 * forest.n_outputs + 8 * max(forest.n_trees, 1) * 4
     return int(max(MIN_BATCH_ROWS, min(CUDA_MAX_BATCH_ROWS, free * fraction // per_row)))
+
+
+@torch.inference_mode()
+def finish(
+    forest: Forest, margins: torch.Tensor, *, raw: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """What :meth:`TensorBackend.score` returns, from ``forest``'s margins (computed by
+    its own module, or its slice of a combined forest's: :mod:`scoring._compiler.group`)."""
+    values = transform(forest, margins).cpu().numpy()
+    if forest.task in ("binary", "multiclass", "multilabel"):
+        values = probabilities(forest, values)
+    elif forest.task != "anomaly":
+        values = squeeze(values)
+    if not raw:
+        return values, None
+    # an anomaly model's raw score is its decision_function
+    return values, values if forest.task == "anomaly" else margins.cpu().numpy()
 
 
 class TensorBackend:
@@ -113,16 +130,7 @@ class TensorBackend:
     def _score_once(
         self, mat: np.ndarray | torch.Tensor, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        margins = self.module(self._staged(mat))
-        values = transform(self.forest, margins).cpu().numpy()
-        if self.forest.task in ("binary", "multiclass", "multilabel"):
-            values = probabilities(self.forest, values)
-        elif self.forest.task != "anomaly":
-            values = squeeze(values)
-        if not raw:
-            return values, None
-        # an anomaly model's raw score is its decision_function
-        return values, values if self.forest.task == "anomaly" else margins.cpu().numpy()
+        return finish(self.forest, self.module(self._staged(mat)), raw=raw)
 
     def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
         """On CUDA, host rows copied through a reused pinned buffer, without blocking."""

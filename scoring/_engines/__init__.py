@@ -74,6 +74,10 @@ def score_parquet(
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
+    ``model``: one model, or a list of them scored in one pass over the input, each
+    item a model or ``{"model": ..., "prefix": ..., "where": ...}`` (columns
+    ``<prefix>__<column>``; see :mod:`scoring._modelset`).
+
     ``input`` may be an already opened :class:`~scoring._dataset.InputDataset` and
     ``model`` an already resolved :class:`~scoring._engines.base.ModelSource` (a job's
     planner made both), so nothing is listed, read or compiled twice.

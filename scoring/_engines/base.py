@@ -4,16 +4,19 @@ plan, publication and the final report.
 ``plan_run`` does every check that can be done before a byte is written (input files
 and footers, columns and types, kept columns, a trial score of the first rows, the
 output location) so that bad input fails fast and publishes nothing.  A run is keyed
-by the sha256 of the model's canonical bytes, whatever form the model came in, so a
-rerun with another model never resumes or keeps this one's output.
+by the sha256 of the model's canonical bytes, whatever form the model came in (for a
+list of models, the set's: every model's, prefix and filter), so a rerun with another
+model never resumes or keeps this one's output.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Protocol
 
 import fsspec
@@ -26,6 +29,7 @@ from .._dataset import Fragment, InputDataset, glob_base, open_input
 from .._drift import Counts, Profile, count, merge
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
+from .._modelset import SEPARATOR, BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
 from .._progress import RunProgress
 from .._registry import ModelStore
 from .._scorer import Scorer
@@ -95,17 +99,18 @@ def register(engine: Engine) -> Engine:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """The job's model, resolved once: ``compiled`` scores (local engines) or checks and
-    plans (distributed ones, on the native predictor); ``bundle`` is what workers get."""
+    """The job's model (or set of models), resolved once: ``compiled`` scores (local
+    engines) or checks and plans (distributed ones, on the native predictor); ``bundle``
+    is what workers get."""
 
-    compiled: CompiledModel
-    bundle: Bundle | None
+    compiled: Scoring
+    bundle: Bundle | BundleSet | None
 
     @property
     def sha256(self) -> str:
         return self.compiled.sha256
 
-    def shipped(self) -> Bundle:
+    def shipped(self) -> Bundle | BundleSet:
         """The bundle workers receive."""
         if self.bundle is None:
             raise ConfigError(
@@ -146,6 +151,9 @@ class ScoreReport:
     strategy: str | None
     device: str
     outputs: list[str] = field(default_factory=list)
+    #: A set's models: prefix, name, version, sha256, backend, scoring seconds (shared
+    #: by the models one combined forest scores); empty for one model.
+    models: list[dict[str, Any]] = field(default_factory=list)
     #: Rows per bin of the model's reference profile, over every file of the output
     #: (resumed ones too); None when not monitored, or the engine journals no files.
     drift_counts: Counts | None = None
@@ -176,8 +184,8 @@ class ScoreReport:
 @dataclass
 class Run:
     data: InputDataset
-    model: CompiledModel
-    scorer: Scorer
+    model: Scoring
+    scorer: Scorer | SetScorer
     committer: Committer
     columns: list[str]  # what to read from each file
     schema: pa.Schema  # what each output file holds
@@ -194,7 +202,7 @@ class Run:
 
     def count(self, batch: pa.RecordBatch | pa.Table, scored: pa.Table) -> Counts | None:
         """``batch``'s features and ``scored``'s outputs counted for drift, if monitored."""
-        if self.monitor is None:
+        if self.monitor is None or not isinstance(self.scorer, Scorer):
             return None
         return count_batch(self.monitor, self.scorer, batch, scored)
 
@@ -222,9 +230,17 @@ def resolve_model(
     local: bool = True,
 ) -> ModelSource:
     """A registry reference (``name@alias``), a Bundle, a model file, a fitted model or a
-    compiled model, resolved once for a job; see :class:`ModelSource`."""
+    compiled model, or a list of models (:func:`bundle_set`) scored in one pass,
+    resolved once for a job; see :class:`ModelSource`."""
     if isinstance(model, ModelSource):
         return model
+    if isinstance(model, ModelSet):
+        return ModelSource(model, model.bundles)
+    if isinstance(model, (list, tuple)):
+        bundles = bundle_set(model, registry=registry)
+        if local:
+            return ModelSource(compile_set(bundles, backend=backend, device=device), bundles)
+        return ModelSource(compile_set(bundles, backend="native"), bundles)
     if isinstance(model, CompiledModel):
         if not local:
             raise ConfigError(
@@ -246,6 +262,43 @@ def resolve_model(
     return ModelSource(compile_model(bundle, backend="native"), bundle)
 
 
+def bundle_set(
+    models: Sequence[Any], *, registry: str | os.PathLike[str] | ModelStore | None = None
+) -> BundleSet:
+    """A list of models as a :class:`BundleSet`.  Each item is what ``model=`` takes for
+    one model (a registry reference, a model file, a fitted model, a Bundle) or a mapping
+    ``{"model": ..., "prefix": ..., "where": ...}``; the prefix defaults to the model's
+    name, ``where`` is a row filter (:mod:`scoring._where`)."""
+    store: ModelStore | None = registry if isinstance(registry, ModelStore) else None
+    bundles, prefixes, filters = [], [], []
+    for item in models:
+        entry = dict(item) if isinstance(item, Mapping) else {"model": item}
+        unknown = sorted(set(entry) - {"model", "prefix", "where"})
+        if unknown or "model" not in entry:
+            raise ConfigError(
+                "a model in a list is a reference or {'model': ..., 'prefix': ..., "
+                f"'where': ...}}; got keys {sorted(entry)}"
+            )
+        one = entry["model"]
+        if isinstance(one, (CompiledModel, ModelSet, list, tuple)):
+            raise ConfigError(
+                "a list of models takes registry references, Bundles, model files or fitted "
+                f"models, not {type(one).__name__}"
+            )
+        if isinstance(one, str) and not os.path.exists(one):
+            store = store or ModelStore(registry)  # type: ignore[arg-type]
+            bundle = store.bundle(one)
+        elif isinstance(one, Bundle):
+            bundle = one
+        else:  # a model file is named after itself (churn.json: prefix churn)
+            named = isinstance(one, (str, os.PathLike))
+            bundle = Bundle.of(one, name=Path(one).stem if named else None)
+        bundles.append(bundle)
+        prefixes.append(str(entry.get("prefix") or bundle.manifest["name"]))
+        filters.append(entry.get("where") or None)
+    return BundleSet(tuple(bundles), tuple(prefixes), tuple(filters))
+
+
 def parse_options(kind: type[Any], engine: str, given: Mapping[str, Any]) -> Any:
     """An engine's options dataclass from ``engine_options``, naming a wrong key."""
     allowed = [f.name for f in fields(kind)]
@@ -258,7 +311,17 @@ def parse_options(kind: type[Any], engine: str, given: Mapping[str, Any]) -> Any
     return kind(**given)
 
 
-def output_metadata(model: CompiledModel) -> dict[str, str]:
+def output_metadata(model: Scoring) -> dict[str, str]:
+    if isinstance(model, ModelSet):
+        return {
+            "scoring.version": __version__,
+            "scoring._model": model.ref,
+            "scoring._model.sha256": model.sha256,
+            "scoring.models": json.dumps(model.members),
+            "scoring.backend": model.backend,
+            "scoring.strategy": model.strategy or "",
+            "scoring.device": str(model.device),
+        }
     origin = model.origin
     return {
         "scoring.version": __version__,
@@ -276,7 +339,7 @@ def output_metadata(model: CompiledModel) -> dict[str, str]:
 def plan_run(
     input: str | InputDataset,
     output: str,
-    model: CompiledModel,
+    model: Scoring,
     *,
     keep: Sequence[str] = (),
     outputs: str = "default",
@@ -292,11 +355,13 @@ def plan_run(
     ``lease`` is taken once the input is known good, before the output's state is read."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
-    scorer = Scorer(model, keep=keep, outputs=outputs)
+    scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)  # every file, not only the first, holds what is read
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
+    if isinstance(scorer, SetScorer):
+        scorer.restart_clock()  # the report's seconds are the run's
     schema = trial.schema.with_metadata(output_metadata(model))
     if lease is not None:
         lease.acquire()
@@ -376,11 +441,24 @@ def report(
         already_complete=run.complete,
         timeline=timeline,
     )
+    if isinstance(run.scorer, SetScorer):
+        result.models = _members(run.scorer, timed=ENGINES[engine].local)
     if scored is not None:
         result.workers = scored.workers
         result.drift_counts = counted(run, scored)
         result.stages = dict(scored.stages)
     return result
+
+
+def _members(scorer: SetScorer, *, timed: bool) -> list[dict[str, Any]]:
+    """A set's models, with the seconds this process spent scoring each (None where
+    workers scored: ``timed`` false) and their output columns."""
+    out = []
+    for i, member in enumerate(scorer.model.members):
+        seconds = scorer.seconds[i] if timed else None
+        columns = [f"{member['prefix']}{SEPARATOR}{c}" for c in scorer.scorers[i].output_names]
+        out.append({**member, "seconds": seconds, "columns": columns})
+    return out
 
 
 def check_outside_process(engine: str, *urls: str) -> None:

@@ -37,8 +37,8 @@ from .. import errors
 from .._commit import Committer, Entry
 from .._dataset import InputDataset
 from .._drift import Profile
+from .._modelset import scorer_for
 from .._progress import RunProgress
-from .._scorer import Scorer
 from .._stores import StoreConfig, install
 from ..errors import EngineError, ScoringError, cause_line, translated
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
@@ -102,7 +102,7 @@ class _FileWorker:
             spec.bundle, device=spec.device, backend=spec.backend, threads=spec.threads
         )
         data = spec.data
-        scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs)
+        scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
         metadata = output_metadata(model)
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(

@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._bundle import Bundle
 from .._cache import compiled
-from .._model import CompiledModel
+from .._modelset import Scoring, load_payload
 from ..errors import ConfigError, EngineError
 
 __all__ = [
@@ -168,8 +167,8 @@ def _plan(
     return WorkerPlan(workers, usable / workers, 0.0, "cpu")
 
 
-def load_bundle(ref: tuple[Any], *, device: str, backend: str, threads: int) -> CompiledModel:
-    """The model from the object store, checksum verified, compiled once per process.
+def load_bundle(ref: tuple[Any], *, device: str, backend: str, threads: int) -> Scoring:
+    """The model (or a set's) from the object store, checksum verified, compiled once per process.
 
     ``ref`` is a 1-tuple so that Ray hands the actor the reference, not the value: the
     bytes are fetched (and checked) here, once per actor, even after a restart.
@@ -179,7 +178,7 @@ def load_bundle(ref: tuple[Any], *, device: str, backend: str, threads: int) -> 
 
     if device == "cpu":
         torch.set_num_threads(threads)
-    bundle = Bundle.from_bytes(ray.get(ref[0]))  # raises IntegrityError on a bad payload
+    bundle = load_payload(ray.get(ref[0]))  # raises IntegrityError on a bad payload
     return compiled(bundle, device=device, backend=backend)
 
 

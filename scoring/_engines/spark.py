@@ -27,10 +27,9 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._bundle import Bundle
 from .._cache import compiled
 from .._drift import Counts, Profile, merge
-from .._model import CompiledModel
+from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
 from .._scorer import Scorer
 from ..errors import DependencyError, translated
@@ -127,10 +126,10 @@ def task_device(requested: str) -> str:
     return f"cuda:{index}"
 
 
-def worker_model(payload: Any, *, device: str, backend: str) -> CompiledModel:
-    """The broadcast bundle, checksum verified, compiled once per Python worker for each
-    (model sha256, backend, device)."""
-    bundle = Bundle.from_bytes(payload.value)  # raises IntegrityError on a bad payload
+def worker_model(payload: Any, *, device: str, backend: str) -> Scoring:
+    """The broadcast bundle (or a set's), checksum verified, compiled once per Python
+    worker for each (model sha256, backend, device)."""
+    bundle = load_payload(payload.value)  # raises IntegrityError on a bad payload
     return compiled(bundle, device=task_device(device), backend=backend)
 
 
@@ -154,21 +153,21 @@ def score_frame(
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     kept = list(keep)
-    scorer = Scorer(source.compiled, keep=kept, outputs=outputs)
+    scorer = scorer_for(source.compiled, keep=kept, outputs=outputs)
     scorer.check_schema(to_arrow_schema(df.schema))
     columns = list(dict.fromkeys([*kept, *scorer.feature_columns(df.columns)]))
-    target = pa.schema([*to_arrow_schema(df.select(*kept).schema), *scorer.layout.schema])
+    target = pa.schema([*to_arrow_schema(df.select(*kept).schema), *scorer.output_schema])
     tune_session(df.sparkSession)
     payload = df.sparkSession.sparkContext.broadcast(source.shipped().to_bytes())
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cm = worker_model(payload, device=device, backend=backend)
-        worker = Scorer(cm, keep=kept, outputs=outputs)
+        worker = scorer_for(cm, keep=kept, outputs=outputs)
         rows, drift = 0, None
         for batch in batches:
             rows += batch.num_rows
             table = worker.score(batch)
-            if monitor is not None:
+            if monitor is not None and isinstance(worker, Scorer):
                 drift = merge(drift, count_batch(monitor, worker, batch, table))
             yield from table.cast(target).to_batches()
         if ran is not None:

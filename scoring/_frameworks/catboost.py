@@ -154,6 +154,14 @@ def _leaf_indexes(model: Any, X: Any) -> np.ndarray:
 class CatBoostNative(NativeModel):
     """CatBoost's predictor; leaf ids through ``calc_leaf_indexes``."""
 
+    def predict(self, X: Any) -> np.ndarray:
+        if self.forest.post_transform == "exp":
+            # A model restored from its bytes has no loss function among its parameters,
+            # so its predict() would default to raw margins (log scale): ask for what the
+            # trained model's predict() returns.
+            return self.call("predict", X, prediction_type="Exponent")
+        return super().predict(X)
+
     def predict_raw(self, X: Any) -> np.ndarray:
         if self.forest.task == "ranking":  # a ranker predicts raw values, and takes no type
             return self.call("predict", X)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from ._common import (
@@ -22,8 +24,28 @@ def _columns(value: str) -> list[str]:
     return [c.strip() for c in value.split(",") if c.strip()]
 
 
+_PREFIXED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)=(.+)$")
+
+
+def _models(given: list[str]) -> str | list[dict[str, str]]:
+    """One ``--model``: its reference; several: a list, ``PREFIX=REF`` naming a prefix."""
+    if len(given) == 1 and not _PREFIXED.match(given[0]):
+        return given[0]
+    entries = []
+    for value in given:
+        named = _PREFIXED.match(value)
+        entries.append({"model": named.group(2), "prefix": named.group(1)} if named
+                       else {"model": value})  # fmt: skip
+    return entries
+
+
 def score(
-    model: str = typer.Option(..., "--model", help="NAME@ALIAS, NAME@VERSION or a model file"),
+    model: list[str] = typer.Option(
+        ...,
+        "--model",
+        help="NAME@ALIAS, NAME@VERSION or a model file; repeat it to score several models in "
+        "one pass (PREFIX=REF names a model's column prefix, default its name)",
+    ),
     input: str = typer.Option(..., "--input", help="Parquet file, directory, glob or URL"),
     output: str = typer.Option(..., "--output", help="output directory or URL"),
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
@@ -70,7 +92,7 @@ def score(
         result = score_parquet(
             input,
             output,
-            model,
+            _models(model),
             engine=engine,
             keep=_columns(keep),
             outputs=outputs,

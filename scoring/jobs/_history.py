@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from .._bundle import Bundle
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport
+from .._modelset import BundleSet
 from .._registry import ModelStore, RunRecord
 from ._metrics import publish_metrics
 from ._planner import Plan
@@ -118,8 +120,11 @@ class Recorder:
         """The model as the job names it, the registered version that resolved to (when
         it came from a registry) and its sha256."""
         sha = report.sha256 if report else self.model.sha256 if self.model else ""
-        found = {"ref": self.spec.model, "sha256": sha}
-        manifest = self.model.bundle.manifest if self.model and self.model.bundle else {}
+        found = {"ref": self.spec.model_ref, "sha256": sha}
+        bundle = self.model.bundle if self.model else None
+        if isinstance(bundle, BundleSet):  # several models: each one's name@version
+            found["version"] = bundle.ref
+        manifest = bundle.manifest if isinstance(bundle, Bundle) else {}
         if "name" in manifest:
             found["version"] = f"{manifest['name']}@{manifest['version']}"
         return found

@@ -24,13 +24,14 @@ from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
+from .._bundle import Bundle
 from .._dataset import InputDataset, open_input
 from .._drift import Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import parallel_calls
-from .._model import CompiledModel, compile_model
+from .._model import compile_model
+from .._modelset import BundleSet, Scoring, compile_set, scorer_for
 from .._registry import ModelStore
-from .._scorer import Scorer
 from .._stores import configured
 from .._version import __version__
 from ..errors import ModelNotFoundError
@@ -123,14 +124,10 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     store = ModelStore(spec.registry, db_url=spec.registry_db,
                        storage_options=spec.storage_options)  # fmt: skip
     began = time.perf_counter()
-    source = resolve_model(spec.model, registry=store, device=spec.device,
+    source = resolve_model(spec.model_arg, registry=store, device=spec.device,
                            backend=spec.backend, local=engine.local)  # fmt: skip
     # Workers score on the job's device and backend: measure that, not the checker.
-    model = (
-        source.compiled
-        if engine.local
-        else compile_model(source.shipped(), device=spec.device, backend=spec.backend)
-    )
+    model = source.compiled if engine.local else _as_workers(source, spec)
     compile_seconds = time.perf_counter() - began
     cache = _Cache(store)
     # The product version too: a newer engine may score at another pace.  The backend as
@@ -170,7 +167,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
 def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
     """The reference profile of the registered version the job scores with, if any (a
     model file or object has none)."""
-    if source.bundle is None or "name" not in source.bundle.manifest:
+    if not isinstance(source.bundle, Bundle) or "name" not in source.bundle.manifest:
         return None
     manifest = source.bundle.manifest
     try:
@@ -180,11 +177,19 @@ def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
     return store.reference(mv) if mv.sha256 == manifest["sha256"] else None
 
 
-def _measure(model: CompiledModel, spec: JobSpec, data: Any) -> float:
+def _as_workers(source: ModelSource, spec: JobSpec) -> Scoring:
+    """The model (or set) compiled as workers will compile it."""
+    shipped = source.shipped()
+    if isinstance(shipped, BundleSet):
+        return compile_set(shipped, device=spec.device, backend=spec.backend)
+    return compile_model(shipped, device=spec.device, backend=spec.backend)
+
+
+def _measure(model: Scoring, spec: JobSpec, data: Any) -> float:
     """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
     each timed on a sample: the stages overlap, so the slowest one sets the pace.  The
     sample is scored as the engine scores it, side by side where the engine does."""
-    scorer = Scorer(model, keep=spec.keep, outputs=spec.outputs)
+    scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)
     calls = parallel_calls(scorer)

@@ -58,7 +58,7 @@ def build_report(
     seconds = report.seconds or 1e-9
     wall = (finished - started).total_seconds()
     return {
-        "job": spec.name, "scoring_version": __version__, "model_ref": spec.model,
+        "job": spec.name, "scoring_version": __version__, "model_ref": spec.model_ref,
         "model": report.model, "sha256": report.sha256, "engine": report.engine,
         "backend": report.backend, "device": report.device, "input": report.input,
         "input_bytes": input_bytes, "output": report.output, "output_columns": report.outputs,
@@ -78,8 +78,15 @@ def build_report(
         },
         "files": files or [], "gpu": gpu, "resources": _resources(cpu_since),
         "warnings": warnings or [], "timeline": report.timeline, "history": history,
-        "checks": _checks(spec, checks, report),
+        "checks": _checks(spec, checks, report), "models": _models(report),
     }  # fmt: skip
+
+
+def _models(report: ScoreReport) -> list[dict[str, Any]]:
+    """A set's models: each one's rows and scoring seconds (shared by the models one
+    combined forest scores), beside the read time they all share."""
+    rows = report.rows + report.rows_skipped
+    return [{**m, "rows": rows, "read_seconds": report.stages.get("read")} for m in report.models]
 
 
 def cpu_seconds() -> float:

@@ -52,6 +52,7 @@ def render_html(data: dict[str, Any]) -> str:
         _checks(data),
         _history(data),
         _section("Run", _facts(data)),
+        _models(data.get("models") or []),
         _section(f"Files ({len(data['files'])})", _files(data["files"])),
         _workers(data),
         _section("Resources", _resources(data)),
@@ -158,6 +159,22 @@ def _planned(data: dict[str, Any]) -> str:
 def _files(files: list[dict[str, Any]]) -> str:
     rows = [[f["relpath"], f"{f['rows']:,}", f"{f['bytes']:,}", f["output"]] for f in files]
     return _grid(["input file", "rows", "output bytes", "output file"], rows) if rows else ""
+
+
+def _models(models: list[dict[str, Any]]) -> str:
+    """A set's models (none for one model: the cards say it all)."""
+    if not models:
+        return ""
+    rows = [
+        [m["prefix"], m["ref"], m["backend"] + (f"/{m['strategy']}" if m["strategy"] else ""),
+         f"{m['combined_with']}", f"{m['rows']:,}",
+         "-" if m["seconds"] is None else f"{m['seconds']:,.1f}"]
+        for m in models
+    ]  # fmt: skip
+    read = models[0]["read_seconds"]
+    note = f'<p class="note">read once for all: {read:,.1f} s busy</p>' if read else ""
+    head = ["prefix", "model", "backend", "scored with (models)", "rows", "score s"]
+    return _section(f"Models ({len(models)}, one pass)", _grid(head, rows) + note)
 
 
 def _workers(data: dict[str, Any]) -> str:

@@ -137,7 +137,7 @@ def _run(
     try:
         plan, model, data, reference = plan_and_model(spec, start=start)
         recorder.planned(plan, model, data)
-        checks = RunChecks(spec.checks, reference, model=spec.model)
+        checks = RunChecks(spec.checks, reference, model=spec.model_ref)
         if on_plan is not None:
             on_plan(plan)
         if not plan.feasible:

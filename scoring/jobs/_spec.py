@@ -3,7 +3,9 @@
 ::
 
     name = "nightly-churn"
-    model = "churn@production"
+    model = "churn@production"                  # or several, scored in one pass:
+    # models = ["churn@production", {model = "churn@7", prefix = "challenger"},
+    #           {model = "churn_eu@3", prefix = "eu", where = "region = 'EU'"}]
     input = "/data/features/${RUN_DATE}/"      # ${VAR} from the environment (unset: error)
     output = "/data/scores/${RUN_DATE}/"
     engine = "local"                            # a name in scoring._engines.ENGINES
@@ -62,6 +64,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from .._engines import ENGINES
@@ -115,6 +118,16 @@ class Metrics(_Strict):
     pushgateway: str | None = None  # host:port
 
 
+class ModelEntry(_Strict):
+    """One of ``models``: a registry reference (or model file), its output prefix
+    (default: the model's name; its columns are ``<prefix>__<column>``) and a row filter
+    (``where = "region = 'EU'"``: rows outside get nulls in its columns)."""
+
+    model: str
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    where: str | None = None
+
+
 class Resources(_Strict):
     cpus: float | None = Field(default=None, gt=0)
     gpus: float | None = Field(default=None, ge=0)
@@ -132,7 +145,8 @@ class JobSpec(_EngineTables):
     """A validated job file: the keys every engine shares, and each engine's table."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    model: str
+    model: str | None = None
+    models: list[ModelEntry | str] = Field(default_factory=list)
     input: str
     output: str
     engine: str = "local"
@@ -151,6 +165,27 @@ class JobSpec(_EngineTables):
     resources: Resources = Resources()
     checks: Checks = Checks()
     metrics: Metrics = Metrics()
+
+    @model_validator(mode="after")
+    def _one_model_key(self) -> JobSpec:
+        if (self.model is None) == (not self.models):
+            raise ValueError("name the model: 'model' (one) or 'models' (a list), not both")
+        return self
+
+    @property
+    def model_arg(self) -> str | list[dict[str, str | None]]:
+        """What ``score_parquet``'s ``model`` takes: the reference, or the list."""
+        if self.model is not None:
+            return self.model
+        entries = [ModelEntry(model=m) if isinstance(m, str) else m for m in self.models]
+        return [e.model_dump() for e in entries]
+
+    @property
+    def model_ref(self) -> str:
+        """The model as the job file names it (a list joined by ``+``)."""
+        if self.model is not None:
+            return self.model
+        return " + ".join(m if isinstance(m, str) else m.model for m in self.models)
 
     @field_validator("engine")
     @classmethod

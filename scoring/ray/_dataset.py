@@ -15,7 +15,7 @@ from .._engines.ray_cluster import (
     node_cpus,
     plan_workers,
 )
-from .._scorer import Scorer
+from .._modelset import scorer_for
 
 if TYPE_CHECKING:
     import ray.data
@@ -37,7 +37,7 @@ class _BatchScorer:
         threads: int,
     ):
         model = load_bundle(bundle, device=device, backend=backend, threads=threads)
-        self.scorer = Scorer(model, keep=keep, outputs=outputs)
+        self.scorer = scorer_for(model, keep=keep, outputs=outputs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.scorer.score(batch)
@@ -58,7 +58,8 @@ def score_dataset(
     """``ds`` scored by ``model`` (lazy): the kept columns, then the output columns.
 
     ``model`` is a registry reference (``name@alias``), a :class:`~scoring.Bundle`, a
-    model file or a fitted model; workers get it as a bundle through the object store.
+    model file or a fitted model, or a list of them scored in one pass (as
+    ``score_parquet`` takes it); workers get it as a bundle through the object store.
     Columns are matched as in :class:`~scoring._scorer.Scorer`; a missing feature column
     fails the first batch with an error naming it.
     """

@@ -23,6 +23,8 @@ def score_dataframe(
 ) -> Any:
     """``df`` scored by ``model`` through ``mapInArrow`` (no pandas on the way).
 
+    ``model`` may be a list of models, scored in one pass as ``score_parquet`` takes it.
+
     ``keep=None`` keeps every input column.  Columns are matched as the Scorer does
     and checked here, on the driver: a missing feature column raises an error naming it.
     """

@@ -11,8 +11,9 @@ import pyarrow as pa
 from .._engines.base import resolve_model
 from .._engines.spark import tune_session, worker_model
 from .._inputs import feature_names
+from .._model import CompiledModel
 from .._scorer import Scorer
-from ..errors import FeatureCountError
+from ..errors import ConfigError, FeatureCountError
 from ._outputs import UDF_OUTPUTS, output_spec
 
 __all__ = ["UDF_OUTPUTS", "register_udf"]
@@ -37,7 +38,14 @@ def register_udf(
     """
     from pyspark.sql.functions import pandas_udf
 
+    if isinstance(model, (list, tuple)):
+        raise ConfigError(
+            f"register_udf registers one model per SQL function; register each of the "
+            f"{len(model)} models under its own name, or score them together with "
+            "scoring.spark.score_dataframe(df, [...])"
+        )
     source = resolve_model(model, registry=registry, local=False)
+    assert isinstance(source.compiled, CompiledModel)  # one model, as checked above
     spec = output_spec(source.compiled.forest, output)
     tune_session(spark)
     payload = spark.sparkContext.broadcast(source.shipped().to_bytes())
@@ -46,6 +54,7 @@ def register_udf(
         batches: Iterator[Tuple[Union[pd.Series, pd.DataFrame], ...]],  # noqa: UP006, UP007
     ) -> Iterator[pd.Series]:
         cm = worker_model(payload, device=device, backend=backend)
+        assert isinstance(cm, CompiledModel)  # a one-model payload
         scorer = Scorer(cm, outputs="raw" if spec.output in ("raw", "all") else "default")
         for batch in batches:
             yield spec.cut(scorer.score(_features(batch, cm.forest)))
