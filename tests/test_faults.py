@@ -220,6 +220,32 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
     assert _cli_score(job).exit_code == 0 and _ids(job["output"]) == list(range(2000))
 
 
+#: The ``scoring`` command, held after its first journaled file until a signal has
+#: stopped its pipeline (bounded, so a broken stop cannot hang the test): the run cannot
+#: finish before the test's signal arrives, however fast or slow the machine.
+HELD_COMMAND = """
+import sys, threading
+from scoring._commit import Committer
+from scoring._engines import local
+from scoring.cli import app
+
+pipelines, finish = [], Committer.finish
+start = local._Pipeline.__init__
+def remembered(self, *args, **kwargs):
+    start(self, *args, **kwargs)
+    pipelines.append(self)
+def held(self, *args, **kwargs):
+    if held.files and not pipelines[-1].failed.wait(timeout=300):
+        raise RuntimeError("no signal stopped the run")
+    held.files += 1
+    return finish(self, *args, **kwargs)
+held.files = 0
+local._Pipeline.__init__, Committer.finish = remembered, held
+sys.argv[0] = "scoring"
+app()
+"""
+
+
 @pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_command_says_what_was_done_and_the_rerun_finishes(
     tmp_path: Path, sent: signal.Signals, status: int
@@ -229,10 +255,11 @@ def test_a_stopped_command_says_what_was_done_and_the_rerun_finishes(
     model, X = model_frame("lgb_clf", rows=60_000)
     write_input(X, tmp_path / "in", files=30)
     model.booster_.save_model(tmp_path / "model.txt")
-    command = [str(Path(sys.executable).parent / "scoring"), "score", "--keep", "id",
+    command = ["scoring", "score", "--keep", "id",
                "--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
                "--output", str(tmp_path / "out"), "--backend", "native"]  # fmt: skip
-    first = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    held = [sys.executable, "-c", HELD_COMMAND, *command[1:]]
+    first = subprocess.Popen(held, stderr=subprocess.PIPE, text=True)
     journal = tmp_path / "out" / "_temporary" / "_journal"
     while not (journal.exists() and any(journal.glob("*.json"))):  # the event: a file done
         assert first.poll() is None, first.communicate()[1][-2000:]
