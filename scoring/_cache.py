@@ -14,8 +14,7 @@ from collections import OrderedDict
 import torch
 
 from ._bundle import Bundle
-from ._model import compile_model
-from ._modelset import BundleSet, ModelSet, Scoring, compile_set
+from ._modelset import BundleSet, ModelSet, Scoring, compile_payload
 
 __all__ = ["CompiledCache", "compiled"]
 
@@ -72,11 +71,7 @@ class CompiledCache:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key][0]
-            cm: Scoring
-            if isinstance(bundle, BundleSet):
-                cm = compile_set(bundle, device=device, backend=backend, strategy=strategy)
-            else:
-                cm = compile_model(bundle, device=device, backend=backend, strategy=strategy)
+            cm = compile_payload(bundle, device=device, backend=backend, strategy=strategy)
             self._entries[key] = (cm, device_bytes(cm))
             self._evict(cm.device)
             return cm

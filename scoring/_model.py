@@ -33,7 +33,10 @@ from ._ir import Forest
 from ._parity import as_frame, probe_rows
 from .errors import CompileError
 
-__all__ = ["BACKENDS", "CompiledModel", "compile_imported", "compile_model", "resolve_device"]
+__all__ = [
+    "BACKENDS", "CompiledModel", "bundle_origin", "compile_imported", "compile_model",
+    "resolve_device",
+]  # fmt: skip
 
 BACKENDS = ("auto", "tensor", "hummingbird", "native")
 
@@ -151,9 +154,7 @@ def compile_model(
     """Compile a fitted scikit-learn/XGBoost/LightGBM model, a model file or a Bundle."""
     origin: dict[str, Any] = {}
     if isinstance(model, Bundle):
-        origin = {k: model.manifest[k] for k in ("name", "version", "sha256")}
-        if origin["version"] == 0:  # an unregistered model: identified by its bytes only
-            origin = {"sha256": origin["sha256"]}
+        origin = bundle_origin(model)
         model, forest = model.restore(trusted=trusted)
     else:
         model = model_object(model, trusted=trusted)
@@ -162,6 +163,13 @@ def compile_model(
                           verify=verify, batch_size=batch_size)  # fmt: skip
     cm.origin = origin
     return cm
+
+
+def bundle_origin(bundle: Bundle) -> dict[str, Any]:
+    """What a model compiled from ``bundle`` records as its origin."""
+    if bundle.manifest["version"] == 0:  # an unregistered model: identified by its bytes
+        return {"sha256": bundle.sha256}
+    return {k: bundle.manifest[k] for k in ("name", "version", "sha256")}
 
 
 def compile_imported(

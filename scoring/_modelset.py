@@ -46,15 +46,21 @@ from ._bundle import Bundle
 from ._compiler import fused_pays
 from ._compiler.group import combinable, combine, semantics, shared_key
 from ._inputs import Matrix, prepare_key
-from ._model import CompiledModel, compile_imported, resolve_device
+from ._model import (
+    CompiledModel,
+    bundle_origin,
+    compile_imported,
+    compile_model,
+    resolve_device,
+)
 from ._parity import probe_rows
 from ._scorer import Scorer
 from ._where import RowFilter
 from .errors import ConfigError, InputError, MissingColumnError, ModelFileError, ScoringError
 
 __all__ = [
-    "SEPARATOR", "BundleSet", "ModelSet", "Scoring", "SetScorer", "compile_set", "load_payload",
-    "scorer_for",
+    "SEPARATOR", "BundleSet", "ModelSet", "Scoring", "SetScorer", "compile_payload",
+    "compile_set", "load_payload", "scorer_for",
 ]  # fmt: skip
 
 #: Between a model's prefix and its column name: ``churn__probability``.
@@ -191,7 +197,6 @@ class ModelSet:
     groups: list[_Group]
     device: torch.device
     selection: dict[str, float] = field(default_factory=dict)
-    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prefixes(self) -> tuple[str, ...]:
@@ -270,16 +275,9 @@ def compile_set(
         else:
             cm = compile_imported(model, forest, backend=alone, device=dev, strategy=strategy,
                                   verify=verify)  # fmt: skip
-        cm.origin = _origin(bundles.bundles[i])
+        cm.origin = bundle_origin(bundles.bundles[i])
         models.append(cm)
     return ModelSet(bundles, models, groups, dev, selection)
-
-
-def _origin(bundle: Bundle) -> dict[str, Any]:
-    """As :func:`~scoring._model.compile_model` records it for a bundle."""
-    if bundle.manifest["version"] == 0:  # an unregistered model: identified by its bytes
-        return {"sha256": bundle.sha256}
-    return {k: bundle.manifest[k] for k in ("name", "version", "sha256")}
 
 
 def _groups(
@@ -502,6 +500,16 @@ class SetScorer:
 
 
 Scoring = CompiledModel | ModelSet
+
+
+def compile_payload(
+    payload: Bundle | BundleSet, *, device: str = "auto", backend: str = "auto",
+    strategy: str = "auto",
+) -> Scoring:  # fmt: skip
+    """One model's bundle or a set's, compiled."""
+    if isinstance(payload, BundleSet):
+        return compile_set(payload, device=device, backend=backend, strategy=strategy)
+    return compile_model(payload, device=device, backend=backend, strategy=strategy)
 
 
 def scorer_for(

@@ -29,8 +29,7 @@ from .._dataset import InputDataset, open_input
 from .._drift import Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import parallel_calls
-from .._model import compile_model
-from .._modelset import BundleSet, Scoring, compile_set, scorer_for
+from .._modelset import Scoring, compile_payload, scorer_for
 from .._registry import ModelStore
 from .._stores import configured
 from .._version import __version__
@@ -127,7 +126,11 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     source = resolve_model(spec.model_arg, registry=store, device=spec.device,
                            backend=spec.backend, local=engine.local)  # fmt: skip
     # Workers score on the job's device and backend: measure that, not the checker.
-    model = source.compiled if engine.local else _as_workers(source, spec)
+    model = (
+        source.compiled
+        if engine.local
+        else compile_payload(source.shipped(), device=spec.device, backend=spec.backend)
+    )
     compile_seconds = time.perf_counter() - began
     cache = _Cache(store)
     # The product version too: a newer engine may score at another pace.  The backend as
@@ -175,14 +178,6 @@ def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
     except ModelNotFoundError:  # a bundle from another registry
         return None
     return store.reference(mv) if mv.sha256 == manifest["sha256"] else None
-
-
-def _as_workers(source: ModelSource, spec: JobSpec) -> Scoring:
-    """The model (or set) compiled as workers will compile it."""
-    shipped = source.shipped()
-    if isinstance(shipped, BundleSet):
-        return compile_set(shipped, device=spec.device, backend=spec.backend)
-    return compile_model(shipped, device=spec.device, backend=spec.backend)
 
 
 def _measure(model: Scoring, spec: JobSpec, data: Any) -> float:
