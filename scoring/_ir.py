@@ -87,6 +87,10 @@ class Tree:
     cat_left: dict[int, np.ndarray] = field(default_factory=dict)  # node -> uint32 words
     cat_known: dict[int, np.ndarray] = field(default_factory=dict)  # node -> uint32 words
     cat_unknown_left: np.ndarray | None = None  # bool [n_nodes]
+    #: The training weight that reached each node (XGBoost's hessian sum, LightGBM's and
+    #: scikit-learn's sample counts), as the framework's own TreeSHAP reads it: the
+    #: share of a node's cover each child holds is where an absent feature goes.
+    cover: np.ndarray | None = None  # float64 [n_nodes]
 
     @property
     def n_nodes(self) -> int:

@@ -119,6 +119,16 @@ class CompiledModel:
         """The native predictor's leaf id for every row and tree, ``[rows, n_trees]``."""
         return self.implementation.predict_leaf(self._input(X, leaves=True))
 
+    def predict_contributions(self, X: Any) -> np.ndarray:
+        """Each feature's contribution to the margin (path-dependent TreeSHAP), the last
+        column the bias (the expected margin): ``[rows, features + 1]``, or
+        ``[rows, outputs, features + 1]`` for several outputs (a multiclass model's
+        classes), as XGBoost's ``pred_contribs`` lays them out.  A row sums to
+        :meth:`predict_raw` (an averaging forest's: its averaged class fractions).
+        ``backend="native"`` asks the framework's own TreeSHAP."""
+        values = self.implementation.predict_contributions(self._input(X))
+        return values[:, 0, :] if values.shape[1] == 1 else values
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":

@@ -9,7 +9,8 @@ several labels ``probability_<k>`` and ``label_<k>`` (0/1) for label ``k``;
 regression, ranking and anomaly models ``prediction`` (``prediction_<k>`` per target
 of a multi-output regressor); ``raw`` (or ``raw_<class>``, ``raw_<k>``) margins when
 asked for.  Floats are float64 whatever the backend computed in, labels keep the type
-of the model's classes, an anomaly model's prediction is -1/1 as int64.
+of the model's classes, an anomaly model's prediction is -1/1 as int64.  Contribution
+and reason columns follow when ``outputs`` asks for them (:mod:`scoring._explanations`).
 
 The functions below turn transformed values ``[B, K]`` into what the native
 predictor's ``predict``/``predict_proba`` return.
@@ -17,14 +18,16 @@ predictor's ``predict``/``predict_proba`` return.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ._explanations import SCORE_SETS, Explanations, parse
 from ._ir import Forest
-from .errors import ConfigError, UnsupportedModelError
+from .errors import UnsupportedModelError
 
 __all__ = [
     "OUTPUT_SETS",
@@ -34,7 +37,7 @@ __all__ = [
     "squeeze",
 ]
 
-OUTPUT_SETS = ("default", "raw", "all")
+OUTPUT_SETS = SCORE_SETS
 
 
 @dataclass(frozen=True)
@@ -46,16 +49,17 @@ class OutputLayout:
     types: tuple[pa.DataType, ...]
     classes: tuple[Any, ...]
     raw: bool
+    explain: Explanations = field(default_factory=Explanations)
 
     @classmethod
-    def of(cls, forest: Forest, outputs: str = "default") -> OutputLayout:
-        if outputs not in OUTPUT_SETS:
-            raise ConfigError(f"outputs={outputs!r}: expected one of {', '.join(OUTPUT_SETS)}")
-        raw = outputs in ("raw", "all")
+    def of(cls, forest: Forest, outputs: str | Sequence[str] = "default") -> OutputLayout:
+        scores, explain = parse(outputs)
+        raw = scores in ("raw", "all")
         classes = _classes(forest)
         columns = _COLUMNS.get(forest.task, _predictions)(forest, classes, raw)
+        columns += explain.columns(forest, classes)
         names, types = zip(*columns, strict=True)
-        return cls(forest.task, tuple(names), tuple(types), tuple(classes), raw)
+        return cls(forest.task, tuple(names), tuple(types), tuple(classes), raw, explain)
 
     @property
     def schema(self) -> pa.Schema:
@@ -68,9 +72,16 @@ class OutputLayout:
             return [prefix]
         return [n for n in self.names if n.startswith(f"{prefix}_")]
 
-    def arrays(self, values: np.ndarray, raw: np.ndarray | None, forest: Forest) -> list[pa.Array]:
+    def arrays(
+        self,
+        values: np.ndarray,
+        raw: np.ndarray | None,
+        forest: Forest,
+        contributions: np.ndarray | None = None,
+    ) -> list[pa.Array]:
         """Output columns from ``predict_proba``-shaped (classifiers) or transformed
-        values and, when the layout has them, raw margins."""
+        values and, when the layout has them, raw margins and the explanations of
+        ``contributions [rows, outputs, features + 1]``."""
         if self.task in ("binary", "multiclass"):
             labels = np.asarray(self.classes)[np.argmax(values, axis=1)]
             probs = [values[:, 1]] if self.task == "binary" else list(values.T)
@@ -88,6 +99,8 @@ class OutputLayout:
             cols = list(_by_row(values).T)
         if self.raw and raw is not None:
             cols += list(_by_row(raw).T)
+        if contributions is not None:
+            cols += self.explain.arrays(forest, contributions)
         return [pa.array(np.asarray(c), type=t) for c, t in zip(cols, self.types, strict=False)]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,7 +35,7 @@ class Scorer:
         model: CompiledModel,
         *,
         keep: Sequence[str] = (),
-        outputs: str = "default",
+        outputs: str | Sequence[str] = "default",
     ):
         self.model = model
         self.forest = model.forest
@@ -133,7 +134,13 @@ class Scorer:
     def outputs_of(self, features: pa.Table, mat: Matrix) -> list[pa.Array]:
         """The output columns of rows already read by :meth:`matrix`."""
         values, raw = self.backend.score(features, mat, raw=self.layout.raw)
-        return self.layout.arrays(values, raw, self.forest)
+        return self.layout.arrays(values, raw, self.forest, self.contributions(mat))
+
+    def contributions(self, mat: Matrix) -> np.ndarray | None:
+        """``[rows, outputs, features + 1]`` when the layout explains, else None."""
+        if not self.layout.explain.any:
+            return None
+        return self.backend.predict_contributions(mat)
 
     def matrix(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.Table, Matrix]:
         """The model's feature columns of ``batch`` and their validated matrix."""

@@ -190,7 +190,8 @@ def test_storage_options_for_no_object_store_are_refused(tmp_path: Path, registr
 def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUN_DATE", "2026-11-21")
     specs = {p.stem: load_job(p) for p in sorted(JOBS.glob("*.toml"))}
-    assert set(specs) == {"demo", "many_models", "nightly", "ray", "spark"}
+    assert set(specs) == {"demo", "many_models", "nightly", "ray", "reasons", "spark"}
+    assert specs["reasons"].outputs == "default+reasons=3/signed"
     assert specs["many_models"].model_arg == [
         {"model": "churn@production", "prefix": None, "where": None},
         {"model": "churn@challenger", "prefix": "challenger", "where": None},

@@ -85,6 +85,11 @@ class HummingbirdBackend:
     def predict_leaf(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         raise CompileError("backend 'hummingbird' does not report leaves")
 
+    def predict_contributions(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        raise CompileError(
+            "backend 'hummingbird' does not compute contributions; use backend='tensor'"
+        )
+
     def _input(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         arr = mat.cpu().numpy() if isinstance(mat, torch.Tensor) else mat
         return np.asarray(arr, dtype=np.float32)

@@ -73,6 +73,9 @@ class NativeBackend:
     def predict_leaf(self, X: Any) -> np.ndarray:
         return self.predictor.predict_leaf(X)
 
+    def predict_contributions(self, X: Any) -> np.ndarray:
+        return self.predictor.predict_contributions(X)
+
 
 def _native_frame(features: pa.Table, forest: Forest) -> pd.DataFrame:
     """What the frameworks read: floats (ints, bools, decimals cast; nulls as NaN) and

@@ -7,11 +7,14 @@ split in halves and retried (later batches start at the smaller size).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import pyarrow as pa
 import torch
 
 from .._compiler import compile_forest, transform
+from .._compiler.contributions import Contributions
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
@@ -100,6 +103,14 @@ class TensorBackend:
     @torch.inference_mode()
     def predict_leaf(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         return self.module.leaf_ids(self._tensor(mat)).cpu().numpy()
+
+    def predict_contributions(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+        return self._contributions(self._tensor(mat)).cpu().numpy()
+
+    @cached_property
+    def _contributions(self) -> Contributions:
+        """Built on first use: scoring alone never pays for the path tables."""
+        return Contributions(self.forest, device=self.device)
 
     # -- batches for the Scorer -----------------------------------------------------
 

@@ -59,7 +59,7 @@ def score_parquet(
     *,
     engine: str = "local",
     keep: Sequence[str] = (),
-    outputs: str = "default",
+    outputs: str | Sequence[str] = "default",
     device: str = "auto",
     backend: str = "auto",
     registry: str | os.PathLike[str] | ModelStore | None = None,

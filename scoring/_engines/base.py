@@ -27,6 +27,7 @@ from .._bundle import Bundle
 from .._commit import Committer, Entry
 from .._dataset import Fragment, InputDataset, glob_base, open_input
 from .._drift import Counts, Profile, count, merge
+from .._explanations import output_spec
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
 from .._modelset import SEPARATOR, BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
@@ -342,7 +343,7 @@ def plan_run(
     model: Scoring,
     *,
     keep: Sequence[str] = (),
-    outputs: str = "default",
+    outputs: str | Sequence[str] = "default",
     overwrite: bool = False,
     verify: bool = False,
     engine: Engine,
@@ -355,6 +356,7 @@ def plan_run(
     ``lease`` is taken once the input is known good, before the output's state is read."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
+    outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))

@@ -32,6 +32,7 @@ def numeric_tree(
     default_left: np.ndarray,
     value: np.ndarray,
     leaf_id: np.ndarray | None = None,
+    cover: np.ndarray | None = None,
 ) -> Tree:
     """A :class:`Tree` with numeric splits only; leaves are marked by ``left < 0``."""
     n = feature.shape[0]
@@ -45,6 +46,7 @@ def numeric_tree(
         split_kind=np.full(n, SPLIT_NUMERIC, dtype=np.int8),
         value=np.where(is_leaf[:, None], value, 0.0).astype(np.float64),
         leaf_id=np.arange(n, dtype=np.int64) if leaf_id is None else leaf_id.astype(np.int64),
+        cover=None if cover is None else np.asarray(cover, dtype=np.float64),
     )
 
 

@@ -8,6 +8,7 @@ the calls the backends make).  Nothing outside a framework's module compares its
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 
 from .._ir import Forest
 from .._outputs import predictions, probabilities
-from ..errors import InputError
+from ..errors import InputError, UnsupportedModelError
 
 __all__ = ["FRAMEWORKS", "Framework", "NativeModel", "native_input", "register"]
 
@@ -58,9 +59,14 @@ class NativeModel:
     def answer(self, method: str, X: Any, **kwargs: Any) -> Any:
         """What ``model.method(X)`` returns, as it returns it (bad input: InputError)."""
         X = native_input(X)
+        return self.asked(lambda: getattr(self.model, method)(self.prepare(X, method), **kwargs))
+
+    def asked(self, call: Callable[[], Any]) -> Any:
+        """What ``call`` returns; a ValueError (how frameworks report bad input) as an
+        InputError naming the model."""
         try:
-            return getattr(self.model, method)(self.prepare(X, method), **kwargs)
-        except ValueError as exc:  # frameworks report bad input as ValueError
+            return call()
+        except ValueError as exc:
             raise InputError(f"{self.forest.model_kind} rejected the input: {exc}") from exc
 
     def predict(self, X: Any) -> np.ndarray:
@@ -86,6 +92,13 @@ class NativeModel:
     @abstractmethod
     def predict_leaf(self, X: Any) -> np.ndarray:
         """The native leaf id per row and tree, in the IR's tree order."""
+
+    def predict_contributions(self, X: Any) -> np.ndarray:
+        """The framework's own TreeSHAP, ``[rows, outputs, features + 1]``."""
+        raise UnsupportedModelError(
+            f"{self.forest.model_kind} has no contributions API of its own; use "
+            "backend='tensor', which computes them from the trees"
+        )
 
 
 class Framework(ABC):

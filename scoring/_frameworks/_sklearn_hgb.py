@@ -100,6 +100,7 @@ def _convert_predictor(
         right=np.where(is_leaf, -1, nodes["right"].astype(np.int64)),
         default_left=nodes["missing_go_to_left"].astype(bool),
         value=value,
+        cover=nodes["count"],
     )
     cat_nodes = np.flatnonzero(nodes["is_categorical"].astype(bool) & ~is_leaf)
     if cat_nodes.size:

@@ -211,10 +211,20 @@ def _convert_tree(block: dict[str, str], output: int, n_outputs: int) -> Tree:
         default_left=np.concatenate([default_left, pad.astype(bool)]),
         value=value,
         leaf_id=np.concatenate([np.full(n_inner, -1), np.arange(leaf_value.size)]),
+        cover=_counts(block, n_inner, leaf_value.size),
     )
     tree.missing_zero = np.concatenate([missing == _MISSING_ZERO, pad.astype(bool)])
     _add_categorical_splits(tree, block, decision, threshold)
     return tree
+
+
+def _counts(block: dict[str, str], n_inner: int, n_leaves: int) -> np.ndarray | None:
+    """Training rows per node (inner nodes, then leaves), what LightGBM's TreeSHAP reads."""
+    inner = _array(block, "internal_count", np.float64)
+    leaves = _array(block, "leaf_count", np.float64)
+    if inner.size != n_inner or leaves.size != n_leaves:
+        return None  # a model written without counts
+    return np.concatenate([inner, leaves])
 
 
 def _add_categorical_splits(
@@ -253,6 +263,12 @@ class LightGBMNative(NativeModel):
 
     def predict_leaf(self, X: Any) -> np.ndarray:
         return self.call("predict", X, pred_leaf=True).astype(np.int64)
+
+    def predict_contributions(self, X: Any) -> np.ndarray:
+        """``pred_contrib`` (each output's features and bias side by side), per output."""
+        values = self.call("predict", X, pred_contrib=True)
+        values = values / self.forest.n_trees if self.forest.average else values
+        return values.reshape(len(values), self.forest.n_outputs, -1)
 
 
 class LightGBM(Framework):

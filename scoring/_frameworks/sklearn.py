@@ -90,6 +90,7 @@ def _convert_tree(tree: Any, *, values: np.ndarray, features: np.ndarray | None 
         right=tree.children_right,
         default_left=np.asarray(missing_left, dtype=bool),
         value=values,
+        cover=tree.weighted_n_node_samples,
     )
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 from .._ir import SPLIT_CATEGORICAL, Forest, Tree, largest_float32_below
 from ..errors import UnsupportedModelError
 from ._common import bitset_words, numeric_tree, probe_refusals
-from ._protocol import Framework, NativeModel, register
+from ._protocol import Framework, NativeModel, native_input, register
 
 __all__ = ["FRAMEWORK", "import_xgboost"]
 
@@ -75,13 +75,15 @@ def import_xgboost(model: Any) -> Forest:
     return forest
 
 
-def _dmatrix(booster: Any, X: Any) -> Any:
+def _dmatrix(booster: Any, X: Any, *, missing: float | None = None) -> Any:
     import xgboost
 
+    missing = np.nan if missing is None else missing
     if isinstance(X, pd.DataFrame):
-        return xgboost.DMatrix(X, enable_categorical=True)
+        return xgboost.DMatrix(X, enable_categorical=True, missing=missing)
     return xgboost.DMatrix(
         X,
+        missing=missing,
         feature_names=booster.feature_names,
         feature_types=booster.feature_types,
         enable_categorical="c" in (booster.feature_types or []),
@@ -240,6 +242,7 @@ def _convert_tree(
         right=right,
         default_left=np.asarray(tree["default_left"], dtype=bool),
         value=value,
+        cover=np.asarray(tree["sum_hessian"], dtype=np.float32) if "sum_hessian" in tree else None,
     )
     _add_categorical_splits(out, tree)
     return out
@@ -319,6 +322,26 @@ class XGBoostNative(NativeModel):
         if self.sklearn_api:
             return self.call("apply", X).astype(np.int64)
         return self.call("predict", X, pred_leaf=True).astype(np.int64)
+
+    def predict_contributions(self, X: Any) -> np.ndarray:
+        """``pred_contribs``, through a DMatrix as XGBoost computes them (the trees the
+        wrapper predicts with: up to ``best_iteration``)."""
+        if any(np.count_nonzero(t.value[t.is_leaf].any(axis=0)) > 1 for t in self.forest.trees):
+            raise UnsupportedModelError(
+                f"XGBoost computes no contributions for {self.forest.model_kind} with "
+                "multi-output trees (multi_strategy='multi_output_tree'); use backend='tensor'"
+            )
+        booster = self.model.get_booster() if self.sklearn_api else self.model
+        best = getattr(self.model, "best_iteration", None) if self.sklearn_api else None
+        limit = (0, int(best) + 1) if best is not None else (0, 0)
+        missing = self.forest.missing_value
+
+        def contribs() -> Any:
+            rows = _dmatrix(booster, native_input(X), missing=missing)
+            return booster.predict(rows, pred_contribs=True, iteration_range=limit)
+
+        values = np.asarray(self.asked(contribs))
+        return values.reshape(len(values), -1, values.shape[-1])
 
 
 class XGBoost(Framework):

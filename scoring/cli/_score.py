@@ -24,6 +24,11 @@ def _columns(value: str) -> list[str]:
     return [c.strip() for c in value.split(",") if c.strip()]
 
 
+def _outputs(outputs: str, reasons: int, by: str) -> str:
+    """``--outputs`` with ``--reasons K`` (ranked ``--reasons-by``) folded in."""
+    return outputs if not reasons else f"{outputs}+reasons={reasons}/{by}"
+
+
 _PREFIXED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)=(.+)$")
 
 
@@ -49,7 +54,13 @@ def score(
     input: str = typer.Option(..., "--input", help="Parquet file, directory, glob or URL"),
     output: str = typer.Option(..., "--output", help="output directory or URL"),
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
-    outputs: str = typer.Option("default", help="default, raw (default + margins) or all"),
+    outputs: str = typer.Option(
+        "default",
+        help="default, raw (default + margins) or all; +contributions adds each feature's "
+        "contribution (e.g. default+contributions)",
+    ),
+    reasons: int = typer.Option(0, min=0, help="write the K features that moved each score most"),
+    reasons_by: str = typer.Option("absolute", help="rank reasons by absolute or signed value"),
     engine: str = typer.Option("local", help="local, ray or spark"),
     option: list[str] = typer.Option(
         [], "--engine-option", help="KEY=VALUE, an engine option (repeatable)"
@@ -95,7 +106,7 @@ def score(
             _models(model),
             engine=engine,
             keep=_columns(keep),
-            outputs=outputs,
+            outputs=_outputs(outputs, reasons, reasons_by),
             device=device,
             backend=backend,
             registry=store,

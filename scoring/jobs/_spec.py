@@ -12,7 +12,9 @@
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
     keep = ["customer_id"]
-    outputs = "default"                         # default | raw | all
+    outputs = "default"                         # default | raw | all, + "contributions"
+    reasons = 3                                 # top-3 reason codes per row (0: none)
+    reasons_by = "absolute"                     # or "signed": the largest increases
     device = "auto"
     backend = "auto"
     workers = "auto"                            # or a number (engines with workers)
@@ -52,6 +54,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import replace
 from datetime import datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -68,9 +71,10 @@ from pydantic import (
 )
 
 from .._engines import ENGINES
+from .._explanations import canonical, parse
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
-from ..errors import JobFileError
+from ..errors import ConfigError, JobFileError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -153,7 +157,9 @@ class JobSpec(_EngineTables):
     deadline: str | None = None
     timezone: str = "UTC"
     keep: list[str] = Field(default_factory=list)
-    outputs: Literal["default", "raw", "all"] = "default"
+    outputs: str | list[str] = "default"  # see scoring._explanations
+    reasons: int = Field(default=0, ge=0)
+    reasons_by: Literal["absolute", "signed"] = "absolute"
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     backend: Literal["auto", "tensor", "native", "hummingbird"] = "auto"
     workers: Literal["auto"] | int = "auto"
@@ -165,6 +171,22 @@ class JobSpec(_EngineTables):
     resources: Resources = Resources()
     checks: Checks = Checks()
     metrics: Metrics = Metrics()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _explained(cls, data: Any) -> Any:
+        """``outputs``, ``reasons`` and ``reasons_by`` as one canonical outputs string
+        (what the job key holds); their types are checked as every key's are."""
+        if not isinstance(data, dict) or not isinstance(data.get("outputs", ""), (str, list)):
+            return data
+        try:
+            scores, explain = parse(data.get("outputs", "default"))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        reasons, by = data.get("reasons", 0), data.get("reasons_by", "absolute")
+        if type(reasons) is int and reasons > 0 and by in ("absolute", "signed"):
+            explain = replace(explain, reasons=reasons, by=by)
+        return {**data, "outputs": canonical(scores, explain)}
 
     @model_validator(mode="after")
     def _one_model_key(self) -> JobSpec:
