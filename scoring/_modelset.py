@@ -44,7 +44,6 @@ from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend, finish
 from ._bundle import Bundle
 from ._compiler import fused_pays
-from ._compiler.contributions import Contributions
 from ._compiler.group import combinable, combine, semantics, shared_key
 from ._inputs import Matrix, prepare_key
 from ._model import (
@@ -386,7 +385,6 @@ class SetScorer:
                       models.bundles.filters, strict=True)]  # fmt: skip
         self.seconds = [0.0] * len(self.scorers)  # scoring time per model (groups: shared)
         self._lock = threading.Lock()
-        self._explainers: dict[int, Contributions] = {}
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -467,23 +465,11 @@ class SetScorer:
             scorer = self.scorers[i]
             values, raw = finish(scorer.forest, torch.from_numpy(margins[:, part]),
                                  raw=scorer.layout.raw)  # fmt: skip
-            explained = self._explained(i, mats[group.members.index(i)])
+            explained = scorer.contributions(mats[group.members.index(i)])
             arrays = scorer.layout.arrays(values, raw, scorer.forest, explained)
             inside = masks[i]
             outputs[i] = arrays if inside is None else [_outside_null(a, inside) for a in arrays]
         self._spent(group.members, time.perf_counter() - began)
-
-    def _explained(self, i: int, mat: Matrix) -> np.ndarray | None:
-        """A combined member's contributions, from its own trees on the set's device
-        (its stand-in predictor is native, whose framework may have no TreeSHAP)."""
-        if not self.scorers[i].layout.explain.any:
-            return None
-        with self._lock:
-            if i not in self._explainers:
-                self._explainers[i] = Contributions(
-                    self.scorers[i].forest, device=self.model.device
-                )
-        return self._explainers[i](torch.as_tensor(mat)).cpu().numpy()
 
     def _matrix(
         self,

@@ -13,12 +13,15 @@ are the backend's); the output columns follow the model's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 
 from ._backends import Backend
+from ._compiler.contributions import Contributions
 from ._inputs import Matrix, feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
@@ -137,10 +140,19 @@ class Scorer:
         return self.layout.arrays(values, raw, self.forest, self.contributions(mat))
 
     def contributions(self, mat: Matrix) -> np.ndarray | None:
-        """``[rows, outputs, features + 1]`` when the layout explains, else None."""
+        """``[rows, outputs, features + 1]`` when the layout explains, else None: the
+        backend's, or where it has none (a framework without TreeSHAP of its own behind
+        ``native``, hummingbird) ours from the model's trees, so that ``auto`` picking a
+        predictor for speed never refuses a run its explanations."""
         if not self.layout.explain.any:
             return None
-        return self.backend.predict_contributions(mat)
+        if getattr(self.backend, "explains", True):
+            return self.backend.predict_contributions(mat)
+        return self._tree_shap(torch.as_tensor(mat)).cpu().numpy()
+
+    @cached_property
+    def _tree_shap(self) -> Contributions:
+        return Contributions(self.forest, device=self.backend.device)
 
     def matrix(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.Table, Matrix]:
         """The model's feature columns of ``batch`` and their validated matrix."""

@@ -231,3 +231,42 @@ def test_bad_outputs_are_refused_before_anything_is_written(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match=r"reasons=9: .* reads 6 features"):
         scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, outputs=["reasons=9"])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_native_run_of_a_framework_without_treeshap_still_explains(tmp_path: Path) -> None:
+    """backend='native' (or auto picking it) for a scikit-learn forest: the run's
+    contributions come from the trees, equal to the tensor backend's."""
+    model, forest, _ = built("sk_rf_reg")
+    X, _ = RECIPES["sk_rf_reg"].data(seed=4)
+    (tmp_path / "in").mkdir()
+    pq.write_table(
+        pa.table({f"f{j}": X[:, j] for j in range(X.shape[1])}), tmp_path / "in/a.parquet"
+    )
+    scoring.score_parquet(
+        tmp_path / "in", tmp_path / "out", model, backend="native", outputs="default+contributions"
+    )
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    names = [f"contrib_f{j}" for j in range(forest.n_features)] + ["contrib_bias"]
+    expected = explained("sk_rf_reg", "tensor").predict_contributions(X)
+    np.testing.assert_allclose(out[names].to_numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_models_in_one_pass_each_write_their_own_explanations(tmp_path: Path) -> None:
+    """Two models combined into one forest and one scored alone: each one's contribution
+    and reason columns, under its prefix, are that model's alone."""
+    names = ["xgb_reg", "xgb_clf", "sk_rf_reg"]
+    X, _ = RECIPES["xgb_reg"].data(seed=6)
+    (tmp_path / "in").mkdir()
+    pq.write_table(
+        pa.table({f"f{j}": X[:, j] for j in range(X.shape[1])}), tmp_path / "in/a.parquet"
+    )
+    models = [{"model": built(n)[0], "prefix": n} for n in names]
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", models, backend="tensor",
+                          outputs=["default", "contributions", "reasons=2"])  # fmt: skip
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    for n in names:
+        expected = per_output(explained(n, "tensor").predict_contributions(X))[:, 0, :]
+        cols = [f"{n}__contrib_f{j}" for j in range(X.shape[1])] + [f"{n}__contrib_bias"]
+        np.testing.assert_allclose(out[cols].to_numpy(), expected, rtol=TOL, atol=TOL)
+        top = np.argmax(np.abs(expected[:, :-1]), axis=1)
+        np.testing.assert_array_equal(out[f"{n}__reason_1"], [f"f{j}" for j in top])

@@ -42,6 +42,7 @@ class HummingbirdBackend:
     name = "hummingbird"
     strategy_reason = "requested"
     batch_rows = CPU_BATCH_ROWS
+    explains = False  # see predict_contributions
 
     def __init__(
         self, model: Any, forest: Forest, *, device: torch.device, strategy: str, verify: bool

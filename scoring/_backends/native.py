@@ -31,6 +31,7 @@ class NativeBackend:
         self.device = torch.device("cpu")
         self.predictor = predictor or native_model(model, forest)
         self.names = feature_names(forest)
+        self.explains = self.predictor.has_contributions
 
     def for_parallel_calls(self) -> Backend | None:
         return self._one_thread

@@ -35,6 +35,9 @@ def native_input(X: Any) -> Any:
 class NativeModel:
     """The framework's own predictor, answering in the shapes our backends return."""
 
+    #: Whether the framework computes contributions itself (:meth:`predict_contributions`).
+    has_contributions = False
+
     def __init__(self, model: Any, forest: Forest):
         self.model = model
         self.forest = forest

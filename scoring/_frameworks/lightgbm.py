@@ -249,6 +249,8 @@ def _add_categorical_splits(
 class LightGBMNative(NativeModel):
     """LightGBM's predictor; a Booster has no thread setting of its own per call."""
 
+    has_contributions = True
+
     def one_thread(self) -> NativeModel | None:
         if not self.sklearn_api:
             return None

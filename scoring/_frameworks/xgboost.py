@@ -295,6 +295,8 @@ class XGBoostNative(NativeModel):
     """XGBoost's predictor: the wrappers take numpy or pandas, a Booster scores through
     ``inplace_predict`` and gives leaf ids through a DMatrix."""
 
+    has_contributions = True
+
     def one_thread(self) -> NativeModel | None:
         if not self.sklearn_api:
             booster = self.model.copy()
