@@ -10,6 +10,7 @@ from __future__ import annotations
 from models.recipes import (
     BENCHMARK_RECIPES,
     DEMO_RECIPE,
+    EXPLAIN_RECIPES,
     GPU_RECIPES,
     SMALL_RECIPES,
     Recipe,
@@ -19,6 +20,7 @@ from models.recipes import (
 __all__ = [
     "BENCHMARK_RECIPES",
     "DEMO_RECIPE",
+    "EXPLAIN_RECIPES",
     "GPU_RECIPES",
     "SMALL_RECIPES",
     "Recipe",

@@ -336,5 +336,12 @@ GPU_RECIPES: list[Recipe] = [
        n_features=28, n_rows=20_000, params={"n_jobs": -1}),
 ]  # fmt: skip
 
+#: The contributions benchmark's shapes (TreeSHAP: benchmarks/explain_throughput.py).
+EXPLAIN_RECIPES: list[Recipe] = [
+    _r("xgb_100x6", "xgboost", "XGBClassifier", "binary", n_trees=100, depth=6,
+       n_features=28, n_rows=20_000),
+    *BENCHMARK_RECIPES[:2],
+]  # fmt: skip
+
 #: The model the demo scores.
 DEMO_RECIPE = BENCHMARK_RECIPES[0]

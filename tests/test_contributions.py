@@ -270,3 +270,22 @@ def test_models_in_one_pass_each_write_their_own_explanations(tmp_path: Path) ->
         np.testing.assert_allclose(out[cols].to_numpy(), expected, rtol=TOL, atol=TOL)
         top = np.argmax(np.abs(expected[:, :-1]), axis=1)
         np.testing.assert_array_equal(out[f"{n}__reason_1"], [f"f{j}" for j in top])
+
+
+def test_the_cli_writes_signed_reasons(tmp_path: Path) -> None:
+    model, forest, _ = built("lgb_reg")
+    X, _ = RECIPES["lgb_reg"].data(seed=8)
+    (tmp_path / "in").mkdir()
+    names = forest.feature_names or [f"f{j}" for j in range(X.shape[1])]
+    pq.write_table(pa.table({n: X[:, j] for j, n in enumerate(names)}), tmp_path / "in/a.parquet")
+    model.booster_.save_model(tmp_path / "model.txt")
+    args = ["score", "--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
+            "--output", str(tmp_path / "out"), "--reasons", "2",
+            "--reasons-by", "signed"]  # fmt: skip
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    phi = explained("lgb_reg", "tensor").predict_contributions(X)[:, :-1]
+    top = np.argsort(-phi, axis=1, kind="stable")[:, :2]  # signed: largest increases first
+    np.testing.assert_array_equal(out["reason_2"], np.asarray(names)[top[:, 1]])
+    np.testing.assert_allclose(out["reason_1_value"], phi[np.arange(len(X)), top[:, 0]], atol=1e-9)

@@ -16,7 +16,7 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SUITE), "--dry-run", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = {"parity", "throughput", "e2e", "oom", "hypothesis", "packages"}
+    names = {"parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain"}
     assert {p.name for p in tmp_path.iterdir()} == {f"gpu_{n}.md" for n in names}
     parity = (tmp_path / "gpu_parity.md").read_text()
     assert "| fused |" in parity and "DIFFER" not in parity and "Error" not in parity
@@ -25,5 +25,7 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     assert "1 passed" in (tmp_path / "gpu_hypothesis.md").read_text()
     packages = (tmp_path / "gpu_packages.md").read_text()
     assert "| no | 0.0e+00 |" in packages  # loaded without Dynamo, the same outputs
+    explain = (tmp_path / "gpu_explain.md").read_text()
+    assert explain.count("| tensor |") == 3 and "Error" not in explain
     oom = (tmp_path / "gpu_oom.md").read_text()
     assert ("Skipped" in oom) != torch.cuda.is_available()

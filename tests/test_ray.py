@@ -305,3 +305,21 @@ def test_a_set_of_models_on_ray_matches_the_local_engine(tmp_path: Path, ray_ses
     pd.testing.assert_frame_equal(
         got[want.columns], want, check_dtype=False, check_categorical=False
     )
+
+
+def test_score_dataset_writes_contributions(tmp_path: Path, ray_session: Any) -> None:
+    from scoring.errors import ConfigError
+    from scoring.ray import score_dataset
+
+    model, X = model_frame("lgb_cat_frame", rows=2000)
+    write_input(X, tmp_path / "in", files=2)
+    ds = ray.data.read_parquet(str(tmp_path / "in"))
+    scored = score_dataset(ds, model, keep=["id"], outputs="default+contributions")
+    out = scored.to_pandas().sort_values("id").reset_index(drop=True)
+    expected = scoring.compile(model, backend="native").predict_contributions(X)
+    classes = scoring.compile(model, backend="native").forest.classes
+    names = [f"contrib_{k}_{c}" for k in classes for c in [*X.columns, "bias"]]
+    got = out[names].to_numpy(dtype=np.float64)  # Ray's frames hold pyarrow dtypes
+    np.testing.assert_allclose(got, expected.reshape(len(X), -1), atol=1e-9)
+    with pytest.raises(ConfigError, match="'reason' is not an output"):
+        score_dataset(ds, model, outputs=["reason"])

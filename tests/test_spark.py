@@ -323,3 +323,18 @@ def test_score_dataframe_with_several_models_matches_the_local_engine(
     pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-6)
     with pytest.raises(scoring.errors.ConfigError, match="one model per SQL function"):
         register_udf(spark, "several", listed)
+
+
+def test_score_dataframe_writes_contributions_and_reasons(spark: Any, registry: Any) -> None:
+    from scoring.spark import score_dataframe
+
+    df, X = _features(spark, "xgb_clf")
+    out = score_dataframe(df, "xgb_clf@1", keep=["id"], registry=registry,
+                          outputs=["default", "contributions", "reasons=2"])  # fmt: skip
+    names = [f"contrib_{c}" for c in [*X.columns, "bias"]]
+    assert out.columns == ["id", "probability", "label", *names,
+                           "reason_1", "reason_1_value", "reason_2", "reason_2_value"]  # fmt: skip
+    frame = out.orderBy("id").toPandas()
+    model = model_frame("xgb_clf", rows=10)[0]
+    expected = scoring.compile(model, backend="tensor").predict_contributions(X)
+    np.testing.assert_allclose(frame[names].to_numpy(), expected, rtol=1e-5, atol=1e-5)

@@ -13,7 +13,9 @@ short still returns what finished):
 * ``oom``: a batch larger than the device memory left free, split and retried, against
   the same batch scored without pressure;
 * ``packages``: strategy ``fused`` compiled in one process, then the ahead-of-time
-  package it leaves loaded by a second process: seconds, and whether outputs agree.
+  package it leaves loaded by a second process: seconds, and whether outputs agree;
+* ``explain``: contributions (TreeSHAP) on the device by batch size against the
+  frameworks' own on every CPU core, with the largest difference between them.
 
 On a machine without CUDA, ``--dry-run`` runs every section with tiny sizes on the CPU
 (``make test`` does, so that the suite cannot rot).  See README.md beside this file.
@@ -50,16 +52,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import scoring  # noqa: E402
-from models import GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
+from models import EXPLAIN_RECIPES, GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
 from scoring._backends.hummingbird import HB_STRATEGIES  # noqa: E402
 from scoring._compiler import STRATEGIES  # noqa: E402
+from scoring._compiler.contributions import Contributions  # noqa: E402
 from scoring._parity import max_error, outputs_of, probe_frame, probe_rows  # noqa: E402
 from scoring.errors import ScoringError  # noqa: E402
 
 Builder = Callable[[], Any]
 #: pytest's summary lines, apart from the noise libraries print while shutting down.
 SUMMARY = re.compile(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)")
-SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis", "packages")
+SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain")
 #: time.monotonic() past which a section starts nothing long (set by --budget).
 DEADLINE = float("inf")
 #: Throughput variants run: those whose name contains this (set by --variants).
@@ -74,6 +77,8 @@ class Sizes:
     oom_rows: int
     recipes: tuple[Recipe, ...]
     parity_recipes: tuple[Recipe, ...]
+    explain_batches: tuple[int, ...]
+    explain_recipes: tuple[Recipe, ...]
 
 
 FULL = Sizes(
@@ -83,6 +88,8 @@ FULL = Sizes(
     oom_rows=8_000_000,
     recipes=tuple(GPU_RECIPES),
     parity_recipes=tuple(r for r in SMALL_RECIPES if r.available),  # CatBoost: too big to carry
+    explain_batches=(1_000, 64_000, 1_000_000),
+    explain_recipes=tuple(EXPLAIN_RECIPES),
 )
 
 
@@ -100,6 +107,8 @@ DRY = Sizes(
     oom_rows=4_000,
     recipes=tuple(tiny(r) for r in GPU_RECIPES),
     parity_recipes=tuple(r for r in SMALL_RECIPES if r.name in ("xgb_clf", "lgb_cat")),
+    explain_batches=(256, 1_000),
+    explain_recipes=tuple(tiny(r) for r in EXPLAIN_RECIPES),
 )
 
 
@@ -241,8 +250,7 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     for recipe in sizes.recipes:
         model = recipe.build()
         top = max(sizes.batches)
-        base, _ = make_data(recipe, seed=1, n_rows=min(top, 1_000_000))
-        X = np.resize(np.asarray(base, dtype=np.float32), (top, recipe.n_features))
+        X = _rows(recipe, top, distinct=1_000_000)
         x_dev = torch.from_numpy(X).to(device)
         for variant, build in _variants(model, device, x_dev[: min(top, 1 << 19)]):
             if VARIANTS not in variant:
@@ -251,6 +259,12 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         del x_dev
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _rows(recipe: Recipe, rows: int, *, distinct: int) -> np.ndarray:
+    """``rows`` float32 rows of the recipe's data, at most ``distinct`` of them distinct."""
+    base, _ = make_data(recipe, seed=1, n_rows=min(rows, distinct))
+    return np.resize(np.asarray(base, dtype=np.float32), (rows, recipe.n_features))
 
 
 def _variants(model: Any, device: str, sample: torch.Tensor) -> list[tuple[str, Builder]]:
@@ -475,6 +489,60 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
 
 # -- driver -------------------------------------------------------------------------
 
+
+# -- contributions ------------------------------------------------------------------
+
+
+def explain(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    report = Report(out, "explain", "Contributions (TreeSHAP) by batch size", device)
+    cols = " | ".join(f"{b:,}" for b in sizes.explain_batches)
+    report.add(
+        f"Rows/s of contributions: ours on {device} (input already there, median of repeats",
+        "timed with device events), and XGBoost's pred_contribs / LightGBM's pred_contrib on",
+        "every CPU core. Build: seconds to make the path tables. Max diff: the largest",
+        "difference between ours and native on the first 2,000 rows.",
+        "",
+        f"| model | variant | build s | max diff | {cols} |",
+        "|---|---|---:|---:|" + "---:|" * len(sizes.explain_batches),
+    )
+    for recipe in sizes.explain_recipes:
+        model = recipe.build()
+        X = _rows(recipe, max(sizes.explain_batches), distinct=100_000)
+        native = scoring.compile(model, backend="native")
+        start = time.perf_counter()
+        ours = Contributions(native.forest, device=torch.device(device))
+        ours(torch.from_numpy(X[:64]).to(device))
+        build = time.perf_counter() - start
+        sample = X[:2000]
+        got = ours(torch.from_numpy(sample).to(device)).cpu().numpy()
+        diff = float(np.abs(got - native.implementation.predict_contributions(sample)).max())
+        x_dev = torch.from_numpy(X).to(device)
+        cells = _explain_cells(ours, x_dev, sizes.explain_batches)
+        report.add(f"| {recipe.name} | tensor | {build:.1f} | {diff:.1e} | {cells} |")
+        host = _explain_cells(native.implementation.predict_contributions, X,
+                              tuple(b for b in sizes.explain_batches if b <= 64_000))  # fmt: skip
+        cores = f"native ({os.cpu_count()} cores)"
+        report.add(f"| {recipe.name} | {cores} | - | - | {host} |")
+        del x_dev
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _explain_cells(fn: Callable[[Any], Any], X: Any, batches: tuple[int, ...]) -> str:
+    cells = []
+    for batch in batches:
+        if time.monotonic() > DEADLINE:
+            cells.append("-")
+            continue
+        try:
+            cells.append(f"{batch / timed(lambda b=batch: fn(X[:b]), most=3):,.0f}")
+        except (ScoringError, RuntimeError) as exc:
+            cells.append(failure(exc))
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return " | ".join(cells)
+
+
 RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
     "parity": parity,
     "throughput": throughput,
@@ -482,6 +550,7 @@ RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
     "oom": oom,
     "hypothesis": hypothesis,
     "packages": packages,
+    "explain": explain,
 }
 
 

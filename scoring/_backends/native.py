@@ -13,7 +13,7 @@ import torch
 
 from .._frameworks import NativeModel, native_model
 from .._inputs import feature_names
-from .._ir import Forest
+from .._ir import REFUSABLE, Forest
 from . import CPU_BATCH_ROWS, Backend
 
 __all__ = ["NativeBackend"]
@@ -31,7 +31,11 @@ class NativeBackend:
         self.device = torch.device("cpu")
         self.predictor = predictor or native_model(model, forest)
         self.names = feature_names(forest)
-        self.explains = self.predictor.has_contributions
+        # XGBoost's TreeSHAP reads a DMatrix, which refuses the +-inf its scoring takes:
+        # a run explains such a model from its trees rather than fail on rows it scores.
+        takes_less = any(f"leaf_{k}" in forest.refuses and k not in forest.refuses
+                         for k in REFUSABLE)  # fmt: skip
+        self.explains = self.predictor.has_contributions and not takes_less
 
     def for_parallel_calls(self) -> Backend | None:
         return self._one_thread

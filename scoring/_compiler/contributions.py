@@ -15,11 +15,14 @@ every one of those edges.  The path's leaf value ``v`` then gives feature ``i``
     w(s, d) = s! (d - 1 - s)! / d!,
 
 its Shapley value in the game "the leaf's weight when the features of S are known"
-(Lundberg et al., 2020).  Paths are grouped by ``d`` so that each group is dense
-``[rows, paths, d]`` arithmetic: the product polynomial is built in ``d`` steps, and its
-quotient by ``(z_i + t)`` for every ``i`` at once by synthetic division from the top
-(where ``o_i = 0`` the quotient is the product divided by ``z_i``, which needs no
-division: ``(o_i - z_i) Q = -P``).  Everything runs in float64.
+(Lundberg et al., 2020).  Since ``w(s, d)`` is the Beta integral of
+``t^s (1 - t)^(d - 1 - s)``, the sum is the integral over ``[0, 1]`` of
+``prod_{j != i} (z_j + t (o_j - z_j))``, a polynomial that Gauss-Legendre quadrature
+integrates exactly (the formulation of Linear TreeShap and GPUTreeShap's successors).
+Paths are grouped by ``d`` so that each group is dense ``[rows, paths, nodes, d]``
+arithmetic with no loop over ``d``; and since a path's answer depends on a row only
+through which of its slots the row follows, short paths answer from a table of all
+``2**d`` cases built once.  Everything runs in float64.
 
 The bias column is the expected margin: the base score plus each tree's leaf values
 weighted by cover (a node's mean is its children's cover-weighted means over its own
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from math import comb
 
 import numpy as np
 import torch
@@ -48,6 +50,13 @@ __all__ = ["ContributionTables", "Contributions", "contribution_tables"]
 _CHUNK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 27}
 #: Elements of every group's answer table together (float64: 256 MiB).
 _TABLE_ELEMENTS = 1 << 25
+#: Paths of a group differ in length by less than this many edges (the shorter ones are
+#: padded: LightGBM's paths of 3 features run from 3 to 20 edges).
+_EDGE_STEP = 4
+
+#: A path as built: its edges (node column, went left, slot), each slot's cover share
+#: and output column, and its leaf value.
+_Path = tuple[list[tuple[int, bool, int]], np.ndarray, np.ndarray, float]
 
 
 @dataclass
@@ -81,8 +90,7 @@ def contribution_tables(forest: Forest) -> ContributionTables:
     width = max(max(i.size for i in inner), 1)
     k = forest.n_outputs
     expected = np.zeros(k)
-    paths: dict[int, list[tuple[list[tuple[int, bool, int]], np.ndarray, np.ndarray, float]]]
-    paths = defaultdict(list)
+    paths: dict[tuple[int, int], list[_Path]] = defaultdict(list)
     for t, tree in enumerate(forest.trees):
         expected += _node_means(tree)[0]
         column = {int(n): t * width + i for i, n in enumerate(inner[t])}
@@ -90,10 +98,11 @@ def contribution_tables(forest: Forest) -> ContributionTables:
             edges_at = [(column[parent], left, slot) for parent, left, slot in edges]
             for output in np.flatnonzero(tree.value[leaf]):
                 target = features * k + output
-                paths[len(features)].append((edges_at, zero, target, tree.value[leaf, output]))
+                key = (len(features), -(-len(edges) // _EDGE_STEP))  # no long padding
+                paths[key].append((edges_at, zero, target, tree.value[leaf, output]))
     return ContributionTables(
         params=node_params(forest, [np.asarray(i) for i in inner], width),
-        groups=[_group(d, rows, weight) for d, rows in sorted(paths.items()) if d > 0],
+        groups=[_group(d, rows, weight) for (d, _), rows in sorted(paths.items()) if d > 0],
         bias=forest.base_score + weight * expected,
         n_features=forest.n_features,
         n_outputs=k,
@@ -155,11 +164,7 @@ def _paths(
     return out
 
 
-def _group(
-    d: int,
-    rows: list[tuple[list[tuple[int, bool, int]], np.ndarray, np.ndarray, float]],
-    weight: float,
-) -> PathGroup:
+def _group(d: int, rows: list[_Path], weight: float) -> PathGroup:
     n_edges = max(len(edges) for edges, *_ in rows)
     node = np.zeros((len(rows), n_edges), np.int64)
     left = np.zeros((len(rows), n_edges), bool)
@@ -187,19 +192,22 @@ class _Group(nn.Module):
     zero: torch.Tensor
     target: torch.Tensor
     value: torch.Tensor
-    weights: torch.Tensor
+    nodes_t: torch.Tensor
+    nodes_w: torch.Tensor
     bits: torch.Tensor
     table: torch.Tensor | None
 
     def __init__(self, group: PathGroup, *, tabulate: bool):
         super().__init__()
         self.d = group.d
-        for name in ("node", "left", "slot", "zero", "target", "value"):
+        for name in ("node", "slot", "zero", "target", "value"):
             array = np.ascontiguousarray(getattr(group, name))
             self.register_buffer(name, torch.from_numpy(array), persistent=False)
-        # w(s, d) = s! (d - 1 - s)! / d!, for s = 0 .. d - 1
-        w = [1.0 / (group.d * comb(group.d - 1, s)) for s in range(group.d)]
-        self.register_buffer("weights", torch.tensor(w, dtype=torch.float64), persistent=False)
+        left = torch.from_numpy(group.left.astype(np.uint8))  # 1: the edge goes left
+        self.register_buffer("left", left, persistent=False)
+        t, w = np.polynomial.legendre.leggauss(group.d // 2 + 1)  # on [-1, 1]: to [0, 1]
+        self.register_buffer("nodes_t", torch.from_numpy((t + 1) / 2), persistent=False)
+        self.register_buffer("nodes_w", torch.from_numpy(w / 2), persistent=False)
         self.register_buffer("bits", 1 << torch.arange(self.d), persistent=False)
         self.register_buffer("table", None, persistent=False)
         if tabulate:  # a buffer, so that it moves with the module to its device
@@ -222,54 +230,42 @@ class _Group(nn.Module):
     @property
     def width(self) -> int:
         """Elements per row of the widest intermediate."""
-        return int(self.node.shape[0]) * (int(self.node.shape[1]) + 2 * self.d + 2)
+        quadrature = 0 if self.table is not None else 4 * (self.d // 2 + 1) * self.d
+        return int(self.node.shape[0]) * (int(self.node.shape[1]) + self.d + 1 + quadrature)
 
     def add_to(self, go_left: torch.Tensor, out: torch.Tensor) -> None:
         """Add this group's contributions for rows with decisions ``go_left [B, T * I]``
         to ``out [B, F * K]``."""
         rows, (n_paths, d) = go_left.shape[0], self.zero.shape
-        follows = go_left[:, self.node] == self.left  # [B, P, E]
-        strays = torch.zeros((rows, n_paths, d + 1), dtype=torch.int32, device=out.device)
-        strays.scatter_add_(2, self.slot.expand(rows, -1, -1), (~follows).to(torch.int32))
+        # uint8: a stray edge is one XOR, counted without conversions (a path of 256
+        # edges or more, which uint8 could not count, counts in int32).
+        stray = go_left.view(torch.uint8)[:, self.node] ^ self.left  # [B, P, E]
+        stray = stray if self.node.shape[1] < 256 else stray.to(torch.int32)
+        strays = torch.zeros((rows, n_paths, d + 1), dtype=stray.dtype, device=out.device)
+        strays.scatter_add_(2, self.slot.expand(rows, -1, -1), stray)
         one = strays[:, :, :d] == 0  # [B, P, d]: the row follows every edge of the slot
         if self.table is None:
             phi = self._phi(one)
         else:
             pattern = (one.to(torch.int64) * self.bits).sum(-1)  # [B, P]
             at = pattern + (torch.arange(n_paths, device=out.device) << d)
-            phi = self.table[at]  # [B, P, d]
+            phi = self.table.index_select(0, at.view(-1)).view(rows, n_paths, d)
         out.index_add_(1, self.target.reshape(-1), phi.reshape(rows, -1))
 
     def _phi(self, one: torch.Tensor) -> torch.Tensor:
-        """Contributions ``[B, P, d]`` of rows that follow the slots where ``one``."""
-        d = self.d
-        poly = self._product(one.to(torch.float64))  # [B, P, d + 1]
-        absent = (poly[:, :, :d] * self.weights).sum(-1, keepdim=True)
-        present = self._quotient_sums(poly)
-        return torch.where(one, (1.0 - self.zero) * present, -absent) * self.value[:, None]
-
-    def _product(self, one: torch.Tensor) -> torch.Tensor:
-        """Coefficients of ``prod_j (z_j + o_j t)``, constant term first."""
-        rows, n_paths, d = one.shape
-        poly = torch.zeros((rows, n_paths, d + 1), dtype=torch.float64, device=one.device)
-        poly[:, :, 0] = 1.0
-        for j in range(d):
-            shifted = poly[:, :, : j + 1] * one[:, :, j : j + 1]
-            poly[:, :, : j + 2] *= self.zero[:, j : j + 1]
-            poly[:, :, 1 : j + 2] += shifted
-        return poly
-
-    def _quotient_sums(self, poly: torch.Tensor) -> torch.Tensor:
-        """For every slot ``i`` at once: ``sum_s w(s, d) [t^s] poly / (z_i + t)``, by
-        synthetic division from the highest coefficient down (meaningful where
-        ``o_i = 1``, the only slots it is used for)."""
-        d = self.d
-        q = poly[:, :, d : d + 1].expand(-1, -1, d)
-        total = self.weights[d - 1] * q
-        for k in range(d - 1, 0, -1):
-            q = poly[:, :, k : k + 1] - self.zero * q
-            total = total + self.weights[k - 1] * q
-        return total
+        """Contributions ``[B, P, d]`` of rows that follow the slots where ``one``:
+        ``v (o_i - z_i)`` times the integral over ``[0, 1]`` of
+        ``prod_{j != i} (z_j + t (o_j - z_j))`` (the Shapley weights are Beta integrals),
+        a polynomial of degree ``d - 1`` that Gauss-Legendre quadrature on ``d // 2 + 1``
+        nodes integrates exactly.  The product without slot ``i`` is the whole product
+        over slot ``i``'s factor: the nodes lie inside ``(0, 1)``, so that factor is 0
+        only where ``o_i = z_i = 0``, a slot whose contribution is 0 whatever is divided."""
+        diff = one.to(torch.float64) - self.zero  # [B, P, d]
+        at = self.zero[:, None, :] + self.nodes_t[:, None] * diff[:, :, None, :]  # [B, P, Q, d]
+        whole = at.prod(-1, keepdim=True)
+        others = whole / torch.where(at == 0.0, 1.0, at)
+        integral = torch.einsum("bpqd,q->bpd", others, self.nodes_w)
+        return diff * integral * self.value[:, None]
 
 
 def _tabulated(groups: list[PathGroup]) -> list[tuple[PathGroup, bool]]:
@@ -321,7 +317,7 @@ class Contributions(nn.Module):
         rows, f, k = x.shape[0], self.n_features, self.n_outputs
         if self.zero_snap:  # LightGBM reads |x| <= 1e-35 as 0.0 before any tree
             x = torch.where(x.abs() <= ZERO_THRESHOLD[x.dtype], torch.zeros_like(x), x)
-        go_left = self.test.go_left(x, self.nodes.expand(rows, -1))
+        go_left = self.test.go_left(x, self.nodes)
         out = torch.zeros((rows, (f + 1) * k), dtype=torch.float64, device=x.device)
         for group in self.paths:
             group.add_to(go_left, out)

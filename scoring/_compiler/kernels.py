@@ -88,9 +88,14 @@ class NodeTest(nn.Module):
         """Decision of flat node ids ``node [B, M]`` for rows ``x [B, F]``.
 
         ``transposed``: ``x`` is ``[F, B]`` and ``node`` ``[M, B]`` (trees outermost).
+        ``node [1, M]``: the same nodes for every row, their parameters read once.
         """
         packed = self.packed[node]
-        v = torch.gather(x, 0 if transposed else 1, (packed & _FEATURE_MASK).to(torch.int64))
+        feature = (packed & _FEATURE_MASK).to(torch.int64)
+        if node.shape[0] == 1 and x.shape[0] != 1 and not transposed:
+            v = x[:, feature[0]]
+        else:
+            v = torch.gather(x, 0 if transposed else 1, feature)
         thr = (self.thr32 if x.dtype == torch.float32 else self.thr64.to(x.dtype))[node]
         left = v <= thr
         missing = v != v  # isnan, as one vector compare in generated code

@@ -15,6 +15,7 @@ from .._engines.ray_cluster import (
     node_cpus,
     plan_workers,
 )
+from .._explanations import output_spec
 from .._modelset import scorer_for
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def score_dataset(
     model: Any,
     *,
     keep: Sequence[str] = (),
-    outputs: str = "default",
+    outputs: str | Sequence[str] = "default",
     device: str = "auto",
     backend: str = "auto",
     num_workers: int | None = None,
@@ -80,7 +81,7 @@ def score_dataset(
         fn_constructor_kwargs={
             "bundle": (ray.put(bundle.to_bytes()),),
             "keep": list(keep),
-            "outputs": outputs,
+            "outputs": output_spec(outputs),  # refused here, not in the first batch
             "device": plan.device,
             "backend": backend,
             "threads": plan.threads,

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._engines.base import resolve_model
 from .._engines.spark import score_frame
+from .._explanations import output_spec
 
 __all__ = ["score_dataframe"]
 
@@ -16,7 +17,7 @@ def score_dataframe(
     model: Any,
     *,
     keep: Sequence[str] | None = None,
-    outputs: str = "default",
+    outputs: str | Sequence[str] = "default",
     device: str = "auto",
     backend: str = "auto",
     registry: Any = None,
@@ -30,4 +31,5 @@ def score_dataframe(
     """
     source = resolve_model(model, registry=registry, local=False)
     kept = list(df.columns if keep is None else keep)
-    return score_frame(df, source, keep=kept, outputs=outputs, device=device, backend=backend)
+    spec = output_spec(outputs)  # scores, contributions, reasons: see scoring._explanations
+    return score_frame(df, source, keep=kept, outputs=spec, device=device, backend=backend)
