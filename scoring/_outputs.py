@@ -25,19 +25,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ._explanations import SCORE_SETS, Explanations, parse
+from ._explanations import Explanations, parse
 from ._ir import Forest
 from .errors import UnsupportedModelError
 
 __all__ = [
-    "OUTPUT_SETS",
     "OutputLayout",
     "predictions",
     "probabilities",
     "squeeze",
 ]
-
-OUTPUT_SETS = SCORE_SETS
 
 
 @dataclass(frozen=True)

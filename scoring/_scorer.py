@@ -146,7 +146,7 @@ class Scorer:
         predictor for speed never refuses a run its explanations."""
         if not self.layout.explain.any:
             return None
-        if getattr(self.backend, "explains", True):
+        if self.backend.explains:
             return self.backend.predict_contributions(mat)
         return self._tree_shap(torch.as_tensor(mat)).cpu().numpy()
 

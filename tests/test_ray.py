@@ -308,7 +308,6 @@ def test_a_set_of_models_on_ray_matches_the_local_engine(tmp_path: Path, ray_ses
 
 
 def test_score_dataset_writes_contributions(tmp_path: Path, ray_session: Any) -> None:
-    from scoring.errors import ConfigError
     from scoring.ray import score_dataset
 
     model, X = model_frame("lgb_cat_frame", rows=2000)

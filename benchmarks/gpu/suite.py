@@ -238,14 +238,12 @@ def _parity_row(recipe: Recipe, model: Any, strategy: str, dtype: type, device: 
 
 def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     report = Report(out, "throughput", "Throughput by batch size", device)
-    cols = " | ".join(f"{b:,}" for b in sizes.batches)
     report.add(
         f"Rows/s of margins (tensor, Hummingbird: input already on {device}, median of",
         "repeats timed with device events) and of native predict_proba on every CPU core",
         "(numpy input). Compile: seconds to build the scorer.",
         "",
-        f"| model | variant | compile s | {cols} |",
-        "|---|---|---:|" + "---:|" * len(sizes.batches),
+        *_batch_header(["model", "variant", "compile s"], sizes.batches),
     )
     for recipe in sizes.recipes:
         model = recipe.build()
@@ -259,6 +257,13 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         del x_dev
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _batch_header(first: list[str], batches: tuple[int, ...]) -> list[str]:
+    """A markdown table's head: ``first`` columns (text, then numbers), one per batch."""
+    names = [*first, *(f"{b:,}" for b in batches)]
+    align = ["---"] * 2 + ["---:"] * (len(names) - 2)
+    return ["| " + " | ".join(names) + " |", "|" + "|".join(align) + "|"]
 
 
 def _rows(recipe: Recipe, rows: int, *, distinct: int) -> np.ndarray:
@@ -495,15 +500,13 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
 
 def explain(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     report = Report(out, "explain", "Contributions (TreeSHAP) by batch size", device)
-    cols = " | ".join(f"{b:,}" for b in sizes.explain_batches)
     report.add(
         f"Rows/s of contributions: ours on {device} (input already there, median of repeats",
         "timed with device events), and XGBoost's pred_contribs / LightGBM's pred_contrib on",
         "every CPU core. Build: seconds to make the path tables. Max diff: the largest",
         "difference between ours and native on the first 2,000 rows.",
         "",
-        f"| model | variant | build s | max diff | {cols} |",
-        "|---|---|---:|---:|" + "---:|" * len(sizes.explain_batches),
+        *_batch_header(["model", "variant", "build s", "max diff"], sizes.explain_batches),
     )
     for recipe in sizes.explain_recipes:
         model = recipe.build()

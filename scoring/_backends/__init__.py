@@ -26,6 +26,9 @@ class Backend(Protocol):
     device: torch.device
     strategy: str | None
     strategy_reason: str
+    #: Whether :meth:`predict_contributions` explains every row ``score`` takes; where
+    #: not, a run computes contributions from the model's trees instead.
+    explains: bool
 
     @property
     def batch_rows(self) -> int:

@@ -53,6 +53,7 @@ def finish(
 
 class TensorBackend:
     name = "tensor"
+    explains = True
 
     def __init__(
         self,

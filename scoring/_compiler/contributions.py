@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -297,7 +298,6 @@ class Contributions(nn.Module):
         )
         groups = [_Group(g, tabulate=t) for g, t in _tabulated(tables.groups)]
         self.groups = nn.ModuleList(groups)
-        self.paths: list[_Group] = groups  # the same modules, typed
         n_nodes = int(tables.params.feature.size)
         self.register_buffer("nodes", torch.arange(n_nodes)[None], persistent=False)
         self.register_buffer("bias", torch.from_numpy(tables.bias), persistent=False)
@@ -319,8 +319,8 @@ class Contributions(nn.Module):
             x = torch.where(x.abs() <= ZERO_THRESHOLD[x.dtype], torch.zeros_like(x), x)
         go_left = self.test.go_left(x, self.nodes)
         out = torch.zeros((rows, (f + 1) * k), dtype=torch.float64, device=x.device)
-        for group in self.paths:
-            group.add_to(go_left, out)
+        for group in self.groups:
+            cast(_Group, group).add_to(go_left, out)
         out = out.view(rows, f + 1, k)
         out[:, f, :] += self.bias
         return out.transpose(1, 2)

@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import tempfile
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -325,10 +326,15 @@ class XGBoostNative(NativeModel):
             return self.call("apply", X).astype(np.int64)
         return self.call("predict", X, pred_leaf=True).astype(np.int64)
 
+    @cached_property
+    def _vector_leaves(self) -> bool:
+        """Whether a leaf adds to several outputs (``multi_output_tree``)."""
+        return any(np.count_nonzero(t.value[t.is_leaf].any(axis=0)) > 1 for t in self.forest.trees)
+
     def predict_contributions(self, X: Any) -> np.ndarray:
         """``pred_contribs``, through a DMatrix as XGBoost computes them (the trees the
         wrapper predicts with: up to ``best_iteration``)."""
-        if any(np.count_nonzero(t.value[t.is_leaf].any(axis=0)) > 1 for t in self.forest.trees):
+        if self._vector_leaves:
             raise UnsupportedModelError(
                 f"XGBoost computes no contributions for {self.forest.model_kind} with "
                 "multi-output trees (multi_strategy='multi_output_tree'); use backend='tensor'"
