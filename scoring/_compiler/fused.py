@@ -21,6 +21,13 @@ every gathered node; ``v != v`` is one vector compare, and the snap now runs onc
 block before the kernel (XGBoost 500x8: 113k -> 167k rows/s in one A/B run).  Walking
 trees in depth stages (:func:`~.kernels.depth_stages`) took LightGBM 500x256 from 29k
 to 42k in another (benchmarks/results/compile_throughput_cpu.md: 1.27x and 1.52x native).
+Later still: every table lookup as an embedding (:func:`~.kernels.take`), which the
+generated code reads without wrapping negative indices, and int32 node ids (half the
+vector lanes of int64): LightGBM 500x256 1.51x -> 2.0x native in one alternated run,
+20 XGBoost 100x6 forests combined 66k -> 72k rows/s.  Not kept, measured no faster:
+a node's flags and threshold interleaved in one table (read through a bitcast), rows
+feature-major, blocks of 2,048 or 8,192 rows, 6 or 8 depth stages, and a perfect walk
+that tests all 63 nodes of a depth-6 tree into a bitmask instead of gathering.
 On an H100 the Triton code it generates ran 8x the best eager strategy and 4x
 Hummingbird's best (benchmarks/results/gpu/).  Deep LightGBM trees stay its weakest
 case: a row still takes every level of its stage where native stops at the leaf.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import CompileError
@@ -25,6 +26,17 @@ from .tables import (
     threshold32,
     zero_threshold,
 )
+
+
+def take(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` for indices this compiler made, int32 or int64, always in range.
+
+    As an embedding lookup, inductor's generated code reads the table directly, where
+    ``table[index]`` first wraps negative indices (a compare and a blend per lookup,
+    on every level of every tree)."""
+    if table.ndim == 1:
+        return F.embedding(index, table.unsqueeze(1)).squeeze(-1)
+    return F.embedding(index, table)
 
 
 def _buffer(module: nn.Module, name: str, array: np.ndarray) -> None:
@@ -90,13 +102,13 @@ class NodeTest(nn.Module):
         ``transposed``: ``x`` is ``[F, B]`` and ``node`` ``[M, B]`` (trees outermost).
         ``node [1, M]``: the same nodes for every row, their parameters read once.
         """
-        packed = self.packed[node]
+        packed = take(self.packed, node)
         feature = (packed & _FEATURE_MASK).to(torch.int64)
         if node.shape[0] == 1 and x.shape[0] != 1 and not transposed:
             v = x[:, feature[0]]
         else:
             v = torch.gather(x, 0 if transposed else 1, feature)
-        thr = (self.thr32 if x.dtype == torch.float32 else self.thr64.to(x.dtype))[node]
+        thr = take(self.thr32 if x.dtype == torch.float32 else self.thr64.to(x.dtype), node)
         left = v <= thr
         missing = v != v  # isnan, as one vector compare in generated code
         if self.has_zero:
@@ -172,9 +184,10 @@ class TreeTraversal(nn.Module):
         base = np.arange(n_trees, dtype=np.int64)[:, None] * width
         # Flat ids like `node`; a node's right child right after its left: one gather.
         children = np.stack([layout.left + base, layout.right + base], axis=-1)
-        _buffer(self, "child", children.reshape(-1))
+        ids = np.int32 if children.size < 2**31 else np.int64  # see take()
+        _buffer(self, "child", children.reshape(-1).astype(ids))
         deepest_first = np.argsort(-layout.tree_depth, kind="stable")
-        _buffer(self, "base", base[deepest_first, 0])
+        _buffer(self, "base", base[deepest_first, 0].astype(ids))
         _buffer(self, "restore", np.argsort(deepest_first))
         self.stages = depth_stages(layout.tree_depth, stages=stages)
 
@@ -187,7 +200,7 @@ class TreeTraversal(nn.Module):
             walking = node.narrow(trees, 0, count)
             for _ in range(levels):
                 right = ~self.test.go_left(x, walking, transposed=transposed)
-                walking = self.child[2 * walking + right.to(torch.int64)]
+                walking = take(self.child, 2 * walking + right.to(walking.dtype))
             node = torch.cat([walking, node.narrow(trees, count, node.shape[trees] - count)], trees)
         # IR node id == leaf table position; trees back in the forest's order.
         return (node - base).index_select(trees, self.restore)
@@ -205,7 +218,8 @@ class PerfectTreeTraversal(nn.Module):
         self.test = test
         self.depth = layout.depth
         n_trees, width = layout.params.feature.shape
-        _buffer(self, "base", np.arange(n_trees, dtype=np.int64) * width)
+        ids = np.int32 if n_trees * width < 2**31 else np.int64
+        _buffer(self, "base", np.arange(n_trees, dtype=ids) * width)
 
     def forward(self, x: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
         """Leaf positions ``[B, T]``; ``transposed``: ``x [F, B]`` -> ``[T, B]``."""
@@ -213,7 +227,7 @@ class PerfectTreeTraversal(nn.Module):
         pos = torch.zeros_like(base)
         for _ in range(self.depth):
             right = ~self.test.go_left(x, base + pos, transposed=transposed)
-            pos = 2 * pos + 1 + right.to(torch.int64)
+            pos = 2 * pos + 1 + right.to(pos.dtype)
         return pos - (2**self.depth - 1)
 
 
@@ -286,7 +300,7 @@ class LeafSum(nn.Module):
         """Margins ``[B, K]`` of leaf positions ``[B, T]`` (``transposed``: ``[T, B]``)
         added to ``start`` ``[B, K]``."""
         trees_first = pos if transposed else pos.t()
-        vals = self.value[trees_first + self.base[:, None]]  # [T, B] or [T, B, K]
+        vals = take(self.value, trees_first + self.base[:, None])  # [T, B] or [T, B, K]
         if self.vector:  # rows innermost: the compiled reduction vectorises over them
             return self._in_order(vals.permute(0, 2, 1), start.t()).t()
         outputs = [self._in_order(self._of_output(vals, k), start[:, k]) for k in
