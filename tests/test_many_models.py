@@ -306,6 +306,45 @@ def test_segment_models_score_their_rows_and_leave_nulls_elsewhere(
                                models["value"]], progress=False)  # fmt: skip
 
 
+def test_cli_where_filters_the_model_it_names(tmp_path: Path, models: dict[str, Any]) -> None:
+    registry = scoring.Registry(tmp_path / "registry")
+    for name in ("churn", "segment"):
+        registry.register(name, models[name])
+    frame = _input(models)
+    frame["region"] = np.array(["EU", "US"], dtype=object)[np.arange(len(frame)) % 2]
+    write_input(frame, tmp_path / "in", files=2)
+    args = ["score", "--registry", str(tmp_path / "registry"), "--input", str(tmp_path / "in"),
+            "--keep", "id", "--model", "churn@1", "--model", "seg=segment@1"]  # fmt: skip
+    done = CliRunner().invoke(app, [*args, "--where", "churn=region = 'EU'",
+                                    "--output", str(tmp_path / "cli")])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    out = pq.read_table(tmp_path / "cli").to_pandas().sort_values("id").reset_index(drop=True)
+    eu = (frame["region"] == "EU").to_numpy()
+    churn = _alone(models["churn"], frame[eu])
+    for column in churn.column_names:
+        got = out[f"churn{SEPARATOR}{column}"]
+        assert got[~eu].isna().all() and got[eu].notna().all(), column
+        want = churn.column(column).to_numpy(zero_copy_only=False).astype(float)
+        np.testing.assert_allclose(got[eu].to_numpy(dtype=float), want, rtol=1e-6, atol=1e-7)
+    segment = _alone(models["segment"], frame)
+    for column in segment.column_names:
+        assert out[f"seg{SEPARATOR}{column}"].notna().all(), column
+    files = sorted((tmp_path / "cli").glob("*.parquet"))
+    listed = json.loads(pq.read_schema(files[0]).metadata[b"scoring.models"])
+    assert [m["where"] for m in listed] == ["region = 'EU'", None]
+
+    refusals = {
+        ("nope=region = 'EU'",): "no --model has the prefix 'nope'",
+        ("region",): "is not KEY=VALUE",
+        ("seg=region = 'EU'", "seg=region = 'US'"): "names a prefix twice",
+    }
+    for wheres, message in refusals.items():
+        given = [arg for where in wheres for arg in ("--where", where)]
+        refused = CliRunner().invoke(app, [*args, *given, "--output", str(tmp_path / "x")])
+        assert refused.exit_code == 2 and message in refused.output, refused.output
+    assert not (tmp_path / "x").exists()
+
+
 def test_row_filters_read_sql_with_its_null_rules() -> None:
     from scoring._where import RowFilter
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import typer
 
@@ -12,6 +13,7 @@ from ._common import (
     STORAGE_OPTION,
     VERIFY_HELP,
     RowsWritten,
+    fail,
     key_values,
     messages,
     reported,
@@ -32,16 +34,31 @@ def _outputs(outputs: str, reasons: int, by: str) -> str:
 _PREFIXED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)=(.+)$")
 
 
-def _models(given: list[str]) -> str | list[dict[str, str]]:
-    """One ``--model``: its reference; several: a list, ``PREFIX=REF`` naming a prefix."""
-    if len(given) == 1 and not _PREFIXED.match(given[0]):
+def _models(given: list[str], filters: list[str]) -> str | list[dict[str, str]]:
+    """One ``--model``: its reference; several (or any ``--where``): a list of entries,
+    ``PREFIX=REF`` naming a prefix and ``--where PREFIX=CONDITION`` a row filter."""
+    wheres = key_values(filters, command="score", option="--where", typed=False)
+    if len(wheres) < len(filters):
+        raise fail("score", "--where names a prefix twice: join its conditions with AND", code=2)
+    if len(given) == 1 and not _PREFIXED.match(given[0]) and not wheres:
         return given[0]
     entries = []
     for value in given:
         named = _PREFIXED.match(value)
-        entries.append({"model": named.group(2), "prefix": named.group(1)} if named
-                       else {"model": value})  # fmt: skip
+        entry = {"model": named.group(2), "prefix": named.group(1)} if named else {"model": value}
+        condition = wheres.pop(entry.get("prefix") or _default_prefix(value), None)
+        entries.append({**entry, "where": condition.strip()} if condition else entry)
+    if wheres:
+        prefix = next(iter(wheres))
+        raise fail("score", f"--where {prefix}=...: no --model has the prefix {prefix!r}; "
+                   f"name one with --model {prefix}=REF", code=2)  # fmt: skip
     return entries
+
+
+def _default_prefix(ref: str) -> str:
+    """The prefix a model gets unless named: its registered name (``churn@production``:
+    churn), or a model file's stem (``models/churn.json``: churn)."""
+    return Path(ref).stem if Path(ref).exists() else ref.split("@", 1)[0]
 
 
 def score(
@@ -50,6 +67,12 @@ def score(
         "--model",
         help="NAME@ALIAS, NAME@VERSION or a model file; repeat it to score several models in "
         "one pass (PREFIX=REF names a model's column prefix, default its name)",
+    ),
+    where: list[str] = typer.Option(
+        [],
+        "--where",
+        help="PREFIX=CONDITION: that model scores only the rows where the SQL condition on "
+        "input columns holds, e.g. --where \"churn=region = 'EU'\" (repeatable)",
     ),
     input: str = typer.Option(..., "--input", help="Parquet file, directory, glob or URL"),
     output: str = typer.Option(..., "--output", help="output directory or URL"),
@@ -92,6 +115,7 @@ def score(
     options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
+    entries = _models(model, where)
     written = RowsWritten()
     loading = waiting("loading the model ...", console=messages)
     with reported("score", written=written), loading:
@@ -103,7 +127,7 @@ def score(
         result = score_parquet(
             input,
             output,
-            _models(model),
+            entries,
             engine=engine,
             keep=_columns(keep),
             outputs=_outputs(outputs, reasons, reasons_by),
