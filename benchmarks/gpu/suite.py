@@ -492,9 +492,6 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
             f"{'yes' if second['dynamo'] else 'no'} | {diff:.1e} |")  # fmt: skip
 
 
-# -- driver -------------------------------------------------------------------------
-
-
 # -- contributions ------------------------------------------------------------------
 
 
@@ -545,6 +542,8 @@ def _explain_cells(fn: Callable[[Any], Any], X: Any, batches: tuple[int, ...]) -
             torch.cuda.empty_cache()
     return " | ".join(cells)
 
+
+# -- driver -------------------------------------------------------------------------
 
 RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
     "parity": parity,

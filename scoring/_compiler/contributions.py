@@ -42,7 +42,7 @@ from torch import nn
 
 from .._ir import Forest, Tree
 from ..errors import UnsupportedModelError
-from .kernels import ZERO_THRESHOLD, NodeTest
+from .kernels import ZERO_THRESHOLD, NodeTest, take
 from .tables import NodeParams, bitset_tables, node_params
 
 __all__ = ["ContributionTables", "Contributions", "contribution_tables"]
@@ -250,7 +250,7 @@ class _Group(nn.Module):
         else:
             pattern = (one.to(torch.int64) * self.bits).sum(-1)  # [B, P]
             at = pattern + (torch.arange(n_paths, device=out.device) << d)
-            phi = self.table.index_select(0, at.view(-1)).view(rows, n_paths, d)
+            phi = take(self.table, at)  # [B, P, d]
         out.index_add_(1, self.target.reshape(-1), phi.reshape(rows, -1))
 
     def _phi(self, one: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,11 @@ def take(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return F.embedding(index, table)
 
 
+def _id_dtype(size: int) -> type[np.signedinteger]:
+    """Node ids for a table of ``size`` entries: int32 where they fit (see :func:`take`)."""
+    return np.int32 if size < 2**31 else np.int64
+
+
 def _buffer(module: nn.Module, name: str, array: np.ndarray) -> None:
     module.register_buffer(name, torch.from_numpy(np.ascontiguousarray(array)), persistent=False)
 
@@ -184,7 +189,7 @@ class TreeTraversal(nn.Module):
         base = np.arange(n_trees, dtype=np.int64)[:, None] * width
         # Flat ids like `node`; a node's right child right after its left: one gather.
         children = np.stack([layout.left + base, layout.right + base], axis=-1)
-        ids = np.int32 if children.size < 2**31 else np.int64  # see take()
+        ids = _id_dtype(children.size)
         _buffer(self, "child", children.reshape(-1).astype(ids))
         deepest_first = np.argsort(-layout.tree_depth, kind="stable")
         _buffer(self, "base", base[deepest_first, 0].astype(ids))
@@ -218,8 +223,7 @@ class PerfectTreeTraversal(nn.Module):
         self.test = test
         self.depth = layout.depth
         n_trees, width = layout.params.feature.shape
-        ids = np.int32 if n_trees * width < 2**31 else np.int64
-        _buffer(self, "base", np.arange(n_trees, dtype=ids) * width)
+        _buffer(self, "base", np.arange(n_trees, dtype=_id_dtype(n_trees * width)) * width)
 
     def forward(self, x: torch.Tensor, *, transposed: bool = False) -> torch.Tensor:
         """Leaf positions ``[B, T]``; ``transposed``: ``x [F, B]`` -> ``[T, B]``."""

@@ -58,7 +58,9 @@ def _models(given: list[str], filters: list[str]) -> str | list[dict[str, str]]:
 def _default_prefix(ref: str) -> str:
     """The prefix a model gets unless named: its registered name (``churn@production``:
     churn), or a model file's stem (``models/churn.json``: churn)."""
-    return Path(ref).stem if Path(ref).exists() else ref.split("@", 1)[0]
+    from .._registry import parse_ref
+
+    return Path(ref).stem if Path(ref).exists() else parse_ref(ref)[0]
 
 
 def score(
@@ -115,10 +117,10 @@ def score(
     options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
-    entries = _models(model, where)
     written = RowsWritten()
     loading = waiting("loading the model ...", console=messages)
     with reported("score", written=written), loading:
+        entries = _models(model, where)
         store = (  # else opened only for a registry reference, not for a model file
             ModelStore(registry, db_url=registry_db, storage_options=stores)
             if registry_db
