@@ -222,9 +222,12 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
 
 #: The ``scoring`` command, held after its first journaled file until a signal has
 #: stopped its pipeline (bounded, so a broken stop cannot hang the test): the run cannot
-#: finish before the test's signal arrives, however fast or slow the machine.
+#: finish before the test's signal arrives, however fast or slow the machine.  Ctrl-C
+#: is restored first: a suite started in the background of a non-interactive shell hands
+#: its children SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
 HELD_COMMAND = """
-import sys, threading
+import signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from scoring._commit import Committer
 from scoring._engines import local
 from scoring.cli import app

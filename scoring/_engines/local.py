@@ -134,9 +134,13 @@ class _Pipeline:
         for t in threads:
             t.start()
         with ThreadPoolExecutor(max_workers=self.calls, thread_name_prefix="score") as pool:
-            self._guarded(lambda: self._dispatch(pool))()
-            for t in threads:
-                t.join()
+            try:
+                self._guarded(lambda: self._dispatch(pool))()
+                for t in threads:
+                    t.join()
+            except BaseException:  # Ctrl-C in a join: the other stages stop too
+                self.failed.set()
+                raise
             pool.shutdown(cancel_futures=True)
         if self.errors:
             raise self.errors[0]
