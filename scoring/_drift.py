@@ -76,14 +76,16 @@ def profile(features: pa.Table, outputs: pa.Table) -> Profile:
 
 
 def count(reference: Profile, features: pa.Table, outputs: pa.Table) -> Counts:
-    """One batch's rows per bin of every reference column it has."""
+    """One batch's rows per bin of every reference column it has.  A null output is a
+    row its model did not score (outside the model's row filter), not a score: outputs
+    count the rows that have one."""
     found: Counts = {}
     for name, ref in reference.features.items():
         if name in features.column_names:
             found[name] = _count(ref, features.column(name))
     for name, ref in reference.outputs.items():
         if name in outputs.column_names:
-            found[f"output:{name}"] = _count(ref, outputs.column(name))
+            found[f"output:{name}"] = _count(ref, pc.drop_null(outputs.column(name)))
     return found
 
 

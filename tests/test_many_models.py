@@ -263,6 +263,54 @@ def test_a_killed_set_resumes_and_publishes_every_row_once(
         scoring.score_parquet(*args, renamed, keep=["id"], progress=False)
 
 
+def test_drift_checks_hold_each_model_of_a_set_to_its_own_reference(
+    tmp_path: Path, models: dict[str, Any]
+) -> None:
+    """``[checks]`` on a set: the features every member reads and each member's outputs
+    under its prefix, a filtered member's outputs counted over its own rows only."""
+    registry = scoring.Registry(tmp_path / "registry")
+    sample = _data(2000, seed=3)
+    registry.register("churn", models["churn"], sample=sample[["a", "b", "c"]])
+    registry.register("segment", models["segment"], sample=sample[["segment", "a", "d", "f"]])
+    frame = _data(ROWS, seed=7)
+    frame["region"] = np.array(["EU", "US"], dtype=object)[np.arange(ROWS) % 2]
+
+    def run(folder: str, data: pd.DataFrame) -> Any:
+        write_input(data, tmp_path / folder, files=2)
+        job = tmp_path / f"{folder}.toml"
+        job.write_text(textwrap.dedent(f"""
+            name = "many"
+            models = ["churn@1", {{ model = "segment@1", prefix = "seg", where = "region = 'EU'" }}]
+            input = "{folder}"
+            output = "out-{folder}"
+            registry = "registry"
+            keep = ["id"]
+            [checks]
+            max_psi = 0.2
+            fail = true
+        """))  # fmt: skip
+        return CliRunner().invoke(app, ["run", str(job), "--no-progress"])
+
+    same = run("same", frame)
+    assert same.exit_code == 0, same.output
+    report = json.loads((tmp_path / "out-same" / "_scoring_report.json").read_text())
+    assert report["checks"]["breaches"] == [] and report["checks"]["note"] is None
+    drift = {d["column"]: d for d in report["checks"]["drift"]}
+    outputs = {c for c, d in drift.items() if d["role"] == "output"}
+    assert outputs == {"churn__probability", "churn__label", "seg__probability", "seg__label"}
+    assert {c for c, d in drift.items() if d["role"] == "feature"} == {*"abcdf", "segment"}
+    assert drift["churn__probability"]["rows"] == ROWS
+    assert drift["seg__probability"]["rows"] == ROWS // 2  # the EU rows, no nulls counted
+    assert drift["seg__probability"]["null_rate"] == 0.0
+
+    shifted = frame.assign(d=frame["d"] + 3.0)  # read by the segment model only
+    stopped = run("shifted", shifted)
+    assert stopped.exit_code == 5, stopped.output
+    assert "feature 'd' drifted" in stopped.output and "nothing published" in stopped.output
+    assert not any(f"feature '{c}'" in stopped.output for c in "abcf")
+    assert not (tmp_path / "out-shifted" / "_SUCCESS").exists()
+
+
 @pytest.mark.parametrize("backend", ["tensor", "native"])
 def test_segment_models_score_their_rows_and_leave_nulls_elsewhere(
     tmp_path: Path, models: dict[str, Any], backend: str

@@ -15,6 +15,7 @@ import pytest
 
 import scoring
 from scoring._catalog import reference_profile
+from scoring._drift import Profile
 from scoring._frameworks import import_model
 from scoring._lease import OutputLease
 from scoring.errors import EngineError, MissingColumnError, OutputError
@@ -323,6 +324,30 @@ def test_score_dataframe_with_several_models_matches_the_local_engine(
     pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-6)
     with pytest.raises(scoring.errors.ConfigError, match="one model per SQL function"):
         register_udf(spark, "several", listed)
+
+
+def test_a_set_of_models_is_counted_for_drift_in_the_executors(tmp_path: Path, spark: Any) -> None:
+    from .test_many_models import _input, _models
+
+    models = {k: v for k, v in _models().items() if k in ("churn", "value")}
+    listed = [{"model": m, "prefix": k, "where": "a > 0" if k == "value" else None}
+              for k, m in models.items()]  # fmt: skip
+    frame = write_input(_input(models).drop(columns=["segment"]), tmp_path / "in", files=2)
+    columns = {"churn": ["a", "b", "c"], "value": ["a", "e", "f"]}
+    profiles = {k: reference_profile(m, import_model(m), frame[columns[k]]) for k, m in
+                models.items()}  # fmt: skip
+    reference = Profile(
+        rows=len(frame), features={n: c for p in profiles.values() for n, c in p.features.items()},
+        outputs={f"{k}__{n}": c for k, p in profiles.items() for n, c in p.outputs.items()},
+    )  # fmt: skip
+    counted = {engine: scoring.score_parquet(tmp_path / "in", tmp_path / engine, listed,
+                                             engine=engine, keep=["id"], progress=False,
+                                             monitor=reference).drift_counts
+               for engine in ("spark", "local")}  # fmt: skip
+    assert counted["spark"] == counted["local"] and counted["local"] is not None
+    inside = int((frame["a"] > 0).sum())
+    assert sum(counted["local"]["output:value__prediction"]) == inside < len(frame)
+    assert sum(counted["local"]["output:churn__probability"]) == len(frame)
 
 
 def test_score_dataframe_writes_contributions_and_reasons(spark: Any, registry: Any) -> None:

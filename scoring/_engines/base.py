@@ -203,7 +203,7 @@ class Run:
 
     def count(self, batch: pa.RecordBatch | pa.Table, scored: pa.Table) -> Counts | None:
         """``batch``'s features and ``scored``'s outputs counted for drift, if monitored."""
-        if self.monitor is None or not isinstance(self.scorer, Scorer):
+        if self.monitor is None:
             return None
         return count_batch(self.monitor, self.scorer, batch, scored)
 
@@ -212,7 +212,10 @@ class Run:
 
 
 def count_batch(
-    monitor: Profile, scorer: Scorer, batch: pa.RecordBatch | pa.Table, scored: pa.Table
+    monitor: Profile,
+    scorer: Scorer | SetScorer,
+    batch: pa.RecordBatch | pa.Table,
+    scored: pa.Table,
 ) -> Counts:
     """The feature columns ``scorer`` reads from ``batch`` and its ``scored`` outputs,
     counted into ``monitor``'s bins."""

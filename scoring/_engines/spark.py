@@ -31,7 +31,6 @@ from .._cache import compiled
 from .._drift import Counts, Profile, merge
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
-from .._scorer import Scorer
 from ..errors import DependencyError, translated
 from .base import (
     ModelSource,
@@ -167,7 +166,7 @@ def score_frame(
         for batch in batches:
             rows += batch.num_rows
             table = worker.score(batch)
-            if monitor is not None and isinstance(worker, Scorer):
+            if monitor is not None:
                 drift = merge(drift, count_batch(monitor, worker, batch, table))
             yield from table.cast(target).to_batches()
         if ran is not None:

@@ -26,10 +26,10 @@ import pyarrow.parquet as pq
 
 from .._bundle import Bundle
 from .._dataset import InputDataset, open_input
-from .._drift import Profile
+from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import parallel_calls
-from .._modelset import Scoring, compile_payload, scorer_for
+from .._modelset import SEPARATOR, BundleSet, Scoring, compile_payload, scorer_for
 from .._registry import ModelStore
 from .._stores import configured
 from .._version import __version__
@@ -169,10 +169,35 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
 
 def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
     """The reference profile of the registered version the job scores with, if any (a
-    model file or object has none)."""
-    if not isinstance(source.bundle, Bundle) or "name" not in source.bundle.manifest:
+    model file or object has none); of a set of models, their profiles as one."""
+    if isinstance(source.bundle, BundleSet):
+        return _set_reference(store, source.bundle)
+    return _bundle_reference(store, source.bundle)
+
+
+def _set_reference(store: ModelStore, models: BundleSet) -> Profile | None:
+    """The members' profiles as one, as their columns are written side by side: each
+    member's outputs under its prefix, a feature by its name (profiled from the first
+    member that reads it).  A member without a profile is left out: the drift report
+    then has none of its outputs."""
+    features: dict[str, ColumnProfile] = {}
+    outputs: dict[str, ColumnProfile] = {}
+    rows = 0
+    for bundle, prefix in zip(models.bundles, models.prefixes, strict=True):
+        reference = _bundle_reference(store, bundle)
+        if reference is None:
+            continue
+        for name, column in reference.features.items():
+            features.setdefault(name, column)
+        outputs.update({f"{prefix}{SEPARATOR}{n}": c for n, c in reference.outputs.items()})
+        rows = max(rows, reference.rows)
+    return Profile(rows=rows, features=features, outputs=outputs) if outputs else None
+
+
+def _bundle_reference(store: ModelStore, bundle: Any) -> Profile | None:
+    if not isinstance(bundle, Bundle) or "name" not in bundle.manifest:
         return None
-    manifest = source.bundle.manifest
+    manifest = bundle.manifest
     try:
         mv = store.get(manifest["name"], version=int(manifest["version"]))
     except ModelNotFoundError:  # a bundle from another registry
