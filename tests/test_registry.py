@@ -16,6 +16,7 @@ import scoring
 from scoring import Bundle
 from scoring._parity import TOLERANCE, max_error, probe_frame
 from scoring.errors import (
+    ConfigError,
     IntegrityError,
     ModelNotFoundError,
     RegistryAccessError,
@@ -184,6 +185,19 @@ def test_registry_root_not_writable(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(RegistryAccessError, match="not writable"):
         scoring.Registry(blocker / "registry")
+
+
+def test_a_registry_that_is_not_a_path_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for wrong in ({"root": "models"}, 7):
+        named = f"registry: expected a folder, a URL or a Registry, got {type(wrong).__name__}"
+        with pytest.raises(ConfigError, match=named):
+            scoring.Registry(wrong)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=named):
+            scoring.score_parquet("in", "out", "m@1", registry=wrong)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # no folder named after the object
 
 
 def test_scoring_home_is_the_default_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from .._drift import Profile
 from .._frameworks import framework_named
 from .._parity import Verification
 from .._stores import configured, is_remote, store_config
-from ..errors import ModelNotFoundError, RegistryError, VerificationError
+from ..errors import ConfigError, ModelNotFoundError, RegistryError, VerificationError
 from . import db
 from .runs import RunHistory
 from .samples import sample_from_bytes, sample_to_bytes
@@ -88,6 +88,12 @@ def root_url(uri: str | os.PathLike[str] | None) -> str:
     data directory (``~/.local/share/scoring`` on Linux, from platformdirs): never the
     current directory, where ``scoring models list`` run elsewhere would silently find
     an empty registry."""
+    if uri is not None and not isinstance(uri, (str, os.PathLike)):
+        # str() of anything else would name a folder after the object's repr
+        raise ConfigError(
+            f"registry: expected a folder, a URL or a Registry, got {type(uri).__name__} "
+            f"{uri!r:.80}"
+        )
     return str(uri or os.environ.get("SCORING_HOME") or default_root())
 
 
