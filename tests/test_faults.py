@@ -249,6 +249,49 @@ app()
 """
 
 
+#: A run whose last commit waits, after every batch was handed to the writer, for Ctrl-C
+#: to reach the main thread: it lands in the pipeline's joins, outside any stage.  Prints
+#: whether the writer was told to stop (it waits at most 120 s, so a broken stop ends).
+JOINING_COMMAND = """
+import signal, sys, threading
+from scoring._commit import Committer
+from scoring._engines import local
+import scoring
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+pipelines, dispatched, finish = [], threading.Event(), Committer.finish
+start, dispatch = local._Pipeline.__init__, local._Pipeline._dispatch
+def remembered(self, *args, **kwargs):
+    start(self, *args, **kwargs)
+    pipelines.append(self)
+def dispatching(self, pool):
+    dispatch(self, pool)
+    dispatched.set()
+def held(self, *args, **kwargs):
+    dispatched.wait()
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    print("writer stopped:", pipelines[-1].failed.wait(timeout=120), flush=True)
+    return finish(self, *args, **kwargs)
+local._Pipeline.__init__, local._Pipeline._dispatch = remembered, dispatching
+Committer.finish = held
+try:
+    scoring.score_parquet(sys.argv[1], sys.argv[2], sys.argv[3], progress=False)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_while_the_pipeline_joins_its_stages_stops_them(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_reg", rows=500)
+    write_input(X, tmp_path / "in", files=1)
+    model.save_model(tmp_path / "model.json")
+    args = [str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "model.json")]
+    done = subprocess.run([sys.executable, "-c", JOINING_COMMAND, *args], capture_output=True,
+                          text=True, timeout=600, check=False)  # fmt: skip
+    assert done.stdout.split() == ["writer", "stopped:", "True", "interrupted"], done.stderr
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
 @pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stopped_command_says_what_was_done_and_the_rerun_finishes(
     tmp_path: Path, sent: signal.Signals, status: int

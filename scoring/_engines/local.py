@@ -129,8 +129,9 @@ class _Pipeline:
         self.entries: list[Entry] = []
 
     def run(self) -> list[Entry]:
-        stages = (self._read, self._write)
-        threads = [threading.Thread(target=self._guarded(s), daemon=True) for s in stages]
+        ended = {stage: threading.Event() for stage in (self._read, self._write)}
+        threads = [threading.Thread(target=self._guarded(stage, ended=event), daemon=True)
+                   for stage, event in ended.items()]  # fmt: skip
         for t in threads:
             t.start()
         with ThreadPoolExecutor(max_workers=self.calls, thread_name_prefix="score") as pool:
@@ -138,15 +139,21 @@ class _Pipeline:
                 self._guarded(lambda: self._dispatch(pool))()
                 for t in threads:
                     t.join()
-            except BaseException:  # Ctrl-C in a join: the other stages stop too
+            except BaseException:  # Ctrl-C in a join: the other stages stop first
                 self.failed.set()
+                # Their events, not join(): an interrupted join has marked its thread as
+                # stopped (Python 3.11), so joining it again returns while it still runs.
+                for event in ended.values():
+                    event.wait()
                 raise
             pool.shutdown(cancel_futures=True)
         if self.errors:
             raise self.errors[0]
         return self.entries
 
-    def _guarded(self, stage: Callable[[], None]) -> Callable[[], None]:
+    def _guarded(
+        self, stage: Callable[[], None], *, ended: threading.Event | None = None
+    ) -> Callable[[], None]:
         def body() -> None:
             try:
                 stage()
@@ -155,6 +162,9 @@ class _Pipeline:
             except BaseException as exc:  # surfaced by the calling thread in run()
                 self.errors.append(exc)
                 self.failed.set()
+            finally:
+                if ended is not None:
+                    ended.set()
 
         return body
 
