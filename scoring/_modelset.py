@@ -60,12 +60,17 @@ from .errors import ConfigError, InputError, MissingColumnError, ModelFileError,
 
 __all__ = [
     "SEPARATOR", "BundleSet", "ModelSet", "Scoring", "SetScorer", "compile_payload",
-    "compile_set", "load_payload", "scorer_for",
+    "compile_set", "load_payload", "prefixed", "scorer_for",
 ]  # fmt: skip
 
 #: Between a model's prefix and its column name: ``churn__probability``.
 SEPARATOR = "__"
 _MANIFEST = "modelset.json"
+
+
+def prefixed(prefix: str, column: str) -> str:
+    """A member's output column as the set writes it: ``churn__probability``."""
+    return f"{prefix}{SEPARATOR}{column}"
 
 
 @dataclass(frozen=True)
@@ -369,7 +374,7 @@ class SetScorer:
         self.keep = list(keep)
         self.scorers = [Scorer(m, keep=(), outputs=outputs) for m in models.models]
         self.output_names = [
-            f"{prefix}{SEPARATOR}{name}"
+            prefixed(prefix, name)
             for prefix, scorer in zip(models.prefixes, self.scorers, strict=True)
             for name in scorer.output_names
         ]

@@ -220,50 +220,53 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
     assert _cli_score(job).exit_code == 0 and _ids(job["output"]) == list(range(2000))
 
 
-#: The ``scoring`` command, held after its first journaled file until a signal has
-#: stopped its pipeline (bounded, so a broken stop cannot hang the test): the run cannot
-#: finish before the test's signal arrives, however fast or slow the machine.  Ctrl-C
-#: is restored first: a suite started in the background of a non-interactive shell hands
-#: its children SIGINT ignored, and Python then installs no KeyboardInterrupt for it.
-HELD_COMMAND = """
+#: Patches for a run in a child process: Ctrl-C restored (a suite started in the background
+#: of a non-interactive shell hands its children SIGINT ignored, and Python then installs
+#: no KeyboardInterrupt for it), and every pipeline kept in ``pipelines``.
+PIPELINES_KEPT = """
 import signal, sys, threading
-signal.signal(signal.SIGINT, signal.default_int_handler)
 from scoring._commit import Committer
 from scoring._engines import local
-from scoring.cli import app
 
+signal.signal(signal.SIGINT, signal.default_int_handler)
 pipelines, finish = [], Committer.finish
 start = local._Pipeline.__init__
 def remembered(self, *args, **kwargs):
     start(self, *args, **kwargs)
     pipelines.append(self)
+local._Pipeline.__init__ = remembered
+"""
+
+#: The ``scoring`` command, held after its first journaled file until a signal has
+#: stopped its pipeline (bounded, so a broken stop cannot hang the test): the run cannot
+#: finish before the test's signal arrives, however fast or slow the machine.
+HELD_COMMAND = (
+    PIPELINES_KEPT
+    + """
+from scoring.cli import app
+
 def held(self, *args, **kwargs):
     if held.files and not pipelines[-1].failed.wait(timeout=300):
         raise RuntimeError("no signal stopped the run")
     held.files += 1
     return finish(self, *args, **kwargs)
 held.files = 0
-local._Pipeline.__init__, Committer.finish = remembered, held
+Committer.finish = held
 sys.argv[0] = "scoring"
 app()
 """
-
+)
 
 #: A run whose last commit waits, after every batch was handed to the writer, for Ctrl-C
-#: to reach the main thread: it lands in the pipeline's joins, outside any stage.  Prints
-#: whether the writer was told to stop (it waits at most 120 s, so a broken stop ends).
-JOINING_COMMAND = """
-import signal, sys, threading
-from scoring._commit import Committer
-from scoring._engines import local
+#: to reach the main thread: it lands while the pipeline waits for its stages, outside
+#: any stage.  Prints whether the writer was told to stop (it waits at most 120 s, so a
+#: broken stop ends).
+JOINING_COMMAND = (
+    PIPELINES_KEPT
+    + """
 import scoring
 
-signal.signal(signal.SIGINT, signal.default_int_handler)
-pipelines, dispatched, finish = [], threading.Event(), Committer.finish
-start, dispatch = local._Pipeline.__init__, local._Pipeline._dispatch
-def remembered(self, *args, **kwargs):
-    start(self, *args, **kwargs)
-    pipelines.append(self)
+dispatched, dispatch = threading.Event(), local._Pipeline._dispatch
 def dispatching(self, pool):
     dispatch(self, pool)
     dispatched.set()
@@ -272,16 +275,16 @@ def held(self, *args, **kwargs):
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     print("writer stopped:", pipelines[-1].failed.wait(timeout=120), flush=True)
     return finish(self, *args, **kwargs)
-local._Pipeline.__init__, local._Pipeline._dispatch = remembered, dispatching
-Committer.finish = held
+local._Pipeline._dispatch, Committer.finish = dispatching, held
 try:
     scoring.score_parquet(sys.argv[1], sys.argv[2], sys.argv[3], progress=False)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
 """
+)
 
 
-def test_ctrl_c_while_the_pipeline_joins_its_stages_stops_them(tmp_path: Path) -> None:
+def test_ctrl_c_while_the_pipeline_waits_for_its_stages_stops_them(tmp_path: Path) -> None:
     model, X = model_frame("xgb_reg", rows=500)
     write_input(X, tmp_path / "in", files=1)
     model.save_model(tmp_path / "model.json")

@@ -18,6 +18,7 @@ from scoring._catalog import reference_profile
 from scoring._drift import Profile
 from scoring._frameworks import import_model
 from scoring._lease import OutputLease
+from scoring._modelset import prefixed
 from scoring.errors import EngineError, MissingColumnError, OutputError
 
 from .test_score_parquet import assert_native_parity, model_frame, native_columns, write_input
@@ -338,7 +339,7 @@ def test_a_set_of_models_is_counted_for_drift_in_the_executors(tmp_path: Path, s
                 models.items()}  # fmt: skip
     reference = Profile(
         rows=len(frame), features={n: c for p in profiles.values() for n, c in p.features.items()},
-        outputs={f"{k}__{n}": c for k, p in profiles.items() for n, c in p.outputs.items()},
+        outputs={prefixed(k, n): c for k, p in profiles.items() for n, c in p.outputs.items()},
     )  # fmt: skip
     counted = {engine: scoring.score_parquet(tmp_path / "in", tmp_path / engine, listed,
                                              engine=engine, keep=["id"], progress=False,

@@ -30,7 +30,7 @@ from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
-from .._modelset import SEPARATOR, BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
+from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, prefixed, scorer_for
 from .._progress import RunProgress
 from .._registry import ModelStore
 from .._scorer import Scorer
@@ -461,7 +461,7 @@ def _members(scorer: SetScorer, *, timed: bool) -> list[dict[str, Any]]:
     out = []
     for i, member in enumerate(scorer.model.members):
         seconds = scorer.seconds[i] if timed else None
-        columns = [f"{member['prefix']}{SEPARATOR}{c}" for c in scorer.scorers[i].output_names]
+        columns = [prefixed(member["prefix"], c) for c in scorer.scorers[i].output_names]
         out.append({**member, "seconds": seconds, "columns": columns})
     return out
 

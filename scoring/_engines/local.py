@@ -129,21 +129,19 @@ class _Pipeline:
         self.entries: list[Entry] = []
 
     def run(self) -> list[Entry]:
-        ended = {stage: threading.Event() for stage in (self._read, self._write)}
-        threads = [threading.Thread(target=self._guarded(stage, ended=event), daemon=True)
-                   for stage, event in ended.items()]  # fmt: skip
-        for t in threads:
-            t.start()
+        # Stages are awaited on events, not join(): a join that Ctrl-C interrupts marks its
+        # thread as stopped (Python 3.11), so waiting again would return while it runs.
+        ended = [threading.Event(), threading.Event()]
+        for stage, event in zip((self._read, self._write), ended, strict=True):
+            threading.Thread(target=self._guarded(stage, ended=event), daemon=True).start()
         with ThreadPoolExecutor(max_workers=self.calls, thread_name_prefix="score") as pool:
             try:
                 self._guarded(lambda: self._dispatch(pool))()
-                for t in threads:
-                    t.join()
-            except BaseException:  # Ctrl-C in a join: the other stages stop first
+                for event in ended:
+                    event.wait()
+            except BaseException:  # Ctrl-C while waiting: the other stages stop first
                 self.failed.set()
-                # Their events, not join(): an interrupted join has marked its thread as
-                # stopped (Python 3.11), so joining it again returns while it still runs.
-                for event in ended.values():
+                for event in ended:
                     event.wait()
                 raise
             pool.shutdown(cancel_futures=True)

@@ -29,7 +29,7 @@ from .._dataset import InputDataset, open_input
 from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import parallel_calls
-from .._modelset import SEPARATOR, BundleSet, Scoring, compile_payload, scorer_for
+from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for
 from .._registry import ModelStore
 from .._stores import configured
 from .._version import __version__
@@ -189,7 +189,7 @@ def _set_reference(store: ModelStore, models: BundleSet) -> Profile | None:
             continue
         for name, column in reference.features.items():
             features.setdefault(name, column)
-        outputs.update({f"{prefix}{SEPARATOR}{n}": c for n, c in reference.outputs.items()})
+        outputs.update({prefixed(prefix, n): c for n, c in reference.outputs.items()})
         rows = max(rows, reference.rows)
     return Profile(rows=rows, features=features, outputs=outputs) if outputs else None
 
