@@ -218,8 +218,9 @@ def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend,
     rows = probe_rows(forest, n_rows=4096, special=False)
     rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
     # Backends take validated matrices, where an encoded column holds codes; the native
-    # predictor reads what the user passed, where it holds labels.
-    labelled = as_frame(rows, forest) if forest.encoded else rows
+    # predictor reads what the user passed, where it holds labels (an encoder's, or
+    # HistGradientBoosting's own categories, which may be text).
+    labelled = as_frame(rows, forest) if forest.encoded or forest.recode_categories else rows
     timings = {}
     for impl in candidates:
         X = labelled if isinstance(impl, NativeBackend) else rows

@@ -7,6 +7,7 @@ a message that names the culprit (column, file, value, model kind) and the fix.
 
 from __future__ import annotations
 
+import re
 import sys
 
 __all__ = [
@@ -201,7 +202,13 @@ def cause_line(exc: BaseException, *, first_line: bool = False) -> str:
         exc = inner
         inner = exc.__cause__ or getattr(exc, "inner_exception", None)
     detail = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return (detail[0] if first_line else detail[-1]) if detail else type(exc).__name__
+    if not detail:
+        return type(exc).__name__
+    # XGBoost's first line is its reason behind a log stamp: "[10:42:01] src/json.cc:9: ".
+    return _LOG_STAMP.sub("", detail[0]) if first_line else detail[-1]
+
+
+_LOG_STAMP = re.compile(r"^\[[\d:]+\] \S+: ")
 
 
 class translated:

@@ -100,7 +100,8 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
         raise ModelFileError(
             f"model file {str(p)!r} has an unknown suffix {suffix!r}: expected {known}"
         )
-    with translated("model file", f"cannot read model file {str(p)!r}"):
+    # A parser's reason is its first line (XGBoost's last lines are a backtrace).
+    with translated("model file", f"cannot read model file {str(p)!r}", first_line=True):
         return readers[0].load_file(p, trusted=trusted)
 
 
@@ -114,7 +115,7 @@ def restore_model(
 ) -> tuple[Any, Forest]:
     """Bytes written by :func:`dump_model` -> (model object, Forest IR)."""
     handler = framework_named(framework)
-    with translated("model file", f"cannot read the stored {kind} ({framework})"):
+    with translated("model file", f"cannot read the stored {kind} ({framework})", first_line=True):
         return handler.restore(data, kind=kind, classes=classes, trusted=trusted)
 
 

@@ -56,15 +56,21 @@ def import_pipeline(model: Any, import_final: Callable[[Any], Forest]) -> Forest
 
 
 def pipeline_input(model: Any, forest: Forest) -> Callable[[np.ndarray], Any]:
-    """Float rows ``[n, n_features]`` as the Pipeline reads them, for asking it what it
-    refuses: a frame when it was fitted on one, an encoded column's first label where
-    the row holds 0 (its other values, NaN or inf, are what is asked)."""
+    """Float rows ``[n, n_features]`` as the Pipeline (or a HistGradientBoosting model
+    with categories of its own) reads them, for asking it what it refuses: a frame when
+    it was fitted on one, a labelled column's first label where the row holds 0 (its
+    other values, NaN or inf, are what is asked).  Labelled: a Pipeline's encoded
+    columns, and recoded category columns whose labels are not numbers (text compared
+    with a float is a TypeError in scikit-learn's encoder, not a refusal)."""
     names = getattr(model, "feature_names_in_", None)
+    labelled = set(forest.encoded)
+    if forest.recode_categories:
+        labelled |= {j for j, c in forest.categories.items() if not _numbers(c)}
 
     def rows(X: np.ndarray) -> Any:
         cols: list[Any] = []
         for j in range(X.shape[1]):
-            labels = forest.categories.get(j) if j in forest.encoded else None
+            labels = forest.categories.get(j) if j in labelled else None
             if labels is None:
                 cols.append(X[:, j])
                 continue
@@ -76,6 +82,10 @@ def pipeline_input(model: Any, forest: Forest) -> Callable[[np.ndarray], Any]:
         return np.column_stack(cols)
 
     return rows
+
+
+def _numbers(labels: list[object]) -> bool:
+    return all(isinstance(v, (int, float, np.number)) for v in labels)
 
 
 def _through(name: str, step: Any, columns: list[Column]) -> list[Column]:

@@ -4,7 +4,8 @@ LightGBM reads features as float64 and goes left iff ``x <= t``.  Per node missi
 None reads NaN as 0.0 (folded into ``default_left``); Zero sends NaN and ``|x| <= 1e-35``
 to the default child; NaN sends NaN there.  A categorical node holds a bitset of the
 categories that go left; the value is truncated to an integer and NaN, negatives and
-categories past the bitset go right.  Leaves sum in float64; ``boosting=rf`` averages.
+categories past the bitset go right.  Leaves sum in float64; ``boosting=rf`` averages
+over iterations (each iteration holds one tree per class), not over every tree.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def forest_from_text(text: str, *, kind: str) -> Forest:
         n_outputs=n_outputs,
         base_score=np.zeros(n_outputs),
         average="average_output" in header,
+        average_over=max(len(trees) // n_outputs, 1),
         feature_names=names or None,
         objective=" ".join(objective),
         input_dtype="float64",
@@ -91,30 +93,85 @@ def forest_from_text(text: str, *, kind: str) -> Forest:
 
 
 def complete_model_text(data: bytes, *, name: str) -> str:
-    """The text of a LightGBM model file, refused unless every part of it is complete.
+    """The text of a LightGBM model file, refused only where LightGBM itself cannot load it.
 
-    LightGBM's own parser kills the process (SIGSEGV or SIGABRT) on a file cut short
-    anywhere, so the layout is checked first: each tree block as long as the header's
-    ``tree_sizes`` says, then ``end of trees``, the parameters closed by ``end of
-    parameters`` and a complete last line."""
-    fix = "the file is incomplete or corrupt; save the model again (booster.save_model)"
-    head, found, _ = data.partition(b"\nTree=")
-    sizes = re.search(rb"^tree_sizes=([0-9 ]*)$", head, re.MULTILINE)
-    if not found or sizes is None or not data.endswith(b"\n"):
-        raise ModelFileError(f"LightGBM model file {name!r}: no complete tree section; {fix}")
-    at = len(head) + 1
-    for i, size in enumerate(int(s) for s in sizes.group(1).split()):
-        if not data.startswith(b"Tree=", at) or at + size > len(data):
-            raise ModelFileError(f"LightGBM model file {name!r}: tree {i} is cut short; {fix}")
-        at += size
-    tail = data[at:]
-    closed = b"parameters:" not in tail or b"\nend of parameters" in tail
-    if not tail.startswith(b"end of trees") or not closed:
-        raise ModelFileError(f"LightGBM model file {name!r}: cut short after the trees; {fix}")
+    LightGBM's own parser kills the process (SIGSEGV or SIGABRT) on a file it cannot
+    read, so its reading is followed here first: with a ``tree_sizes`` header, tree
+    ``i`` starts where the sizes before it end and the header counts the trees; without
+    one, trees follow each other until a line that starts none.  Every tree must hold
+    each of its arrays whole, and a parameters section must end on a whole line.  What LightGBM
+    reads is taken: older writers' headers (no ``tree_sizes``, no ``end of trees``), no
+    newline at the end, and Windows line ends (which LightGBM's offsets would miss)."""
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8").replace("\r\n", "\n")
     except UnicodeDecodeError as exc:
-        raise ModelFileError(f"LightGBM model file {name!r} is not UTF-8 text; {fix}") from exc
+        reason = f"LightGBM model file {name!r} is not UTF-8 text; {_SAVE_AGAIN}"
+        raise ModelFileError(reason) from exc
+    head, found, rest = text.partition("\nTree=")
+    blocks = _tree_blocks("Tree=" + rest if found else "", _key_values(head).get("tree_sizes"),
+                          name=name)  # fmt: skip
+    for i, block in enumerate(blocks):
+        problem = _incomplete_tree(block)
+        if problem:
+            raise ModelFileError(f"LightGBM model file {name!r}: tree {i} {problem}; {_SAVE_AGAIN}")
+    _, params, after = rest.partition("\nparameters:")
+    last = after.rstrip("\n").rpartition("\n")[2]
+    if params and "\nend of parameters" not in after and not re.fullmatch(r"\[.*\]|", last):
+        raise ModelFileError(
+            f"LightGBM model file {name!r}: its parameters are cut short; {_SAVE_AGAIN}"
+        )
+    return text
+
+
+_SAVE_AGAIN = "the file is incomplete or corrupt; save the model again (booster.save_model)"
+
+
+def _tree_blocks(body: str, sizes: str | None, *, name: str) -> list[str]:
+    """The text from where each tree starts, found as LightGBM finds it (``body``
+    starts at ``Tree=0``; a tree's text ends at its first blank line)."""
+    if sizes is None:
+        return [b for b in re.split(r"^(?=Tree=)", body, flags=re.MULTILINE) if b]
+    blocks, at = [], 0
+    for i, size in enumerate(int(s) for s in sizes.split()):
+        if not body.startswith("Tree=", at):
+            raise ModelFileError(
+                f"LightGBM model file {name!r}: tree {i} is not where its header "
+                f"(tree_sizes) says; {_SAVE_AGAIN}"
+            )
+        blocks.append(body[at:])  # LightGBM reads on to the tree's end, whatever the size
+        at += size
+    return blocks
+
+
+#: A tree's arrays and their lengths in internal nodes (``num_leaves - 1``) or leaves.
+_INNER = ("split_feature", "split_gain", "threshold", "decision_type", "left_child",
+          "right_child", "internal_value", "internal_weight", "internal_count")  # fmt: skip
+_LEAF = ("leaf_value", "leaf_weight", "leaf_count")
+
+
+def _incomplete_tree(block: str) -> str | None:
+    """What a tree's text lacks (an array cut short, a field missing), or None."""
+    text, end, _ = block.partition("\n\n")
+    if not end:  # LightGBM reads on past the end of the file for a tree's last line
+        return "is not followed by a blank line (cut short)"
+    fields = _key_values(text)
+    try:
+        n_leaves, n_cat = int(fields["num_leaves"]), int(fields.get("num_cat", "0"))
+    except (KeyError, ValueError):
+        return "has no valid num_leaves"
+    wanted = {k: n_leaves for k in _LEAF} | {k: n_leaves - 1 for k in _INNER}
+    required = {"leaf_value"} | ({"split_feature", "threshold", "decision_type", "left_child",
+                                 "right_child"} if n_leaves > 1 else set())  # fmt: skip
+    if n_cat > 0:
+        bounds = fields.get("cat_boundaries", "").split()
+        wanted["cat_boundaries"] = n_cat + 1
+        wanted["cat_threshold"] = int(bounds[-1]) if bounds and bounds[-1].isdigit() else -1
+        required |= {"cat_boundaries", "cat_threshold"}
+    for key, count in wanted.items():
+        present = key in fields or key in required
+        if present and len(fields.get(key, "").split()) != count:
+            return f"has {key} cut short"
+    return None
 
 
 def _split_model_text(text: str) -> tuple[dict[str, str], list[dict[str, str]], str]:
@@ -261,7 +318,12 @@ class LightGBMNative(NativeModel):
     def predict_raw(self, X: Any) -> np.ndarray:
         raw = self.call("predict", X, raw_score=True)
         # boosting=rf: raw_score is the sum; the link is applied to the average.
-        return raw / self.forest.n_trees if self.forest.average else raw
+        return raw / self._iterations if self.forest.average else raw
+
+    @property
+    def _iterations(self) -> int:
+        """What boosting=rf divides each class's sum by: its tree count."""
+        return self.forest.average_over or self.forest.n_trees
 
     def predict_leaf(self, X: Any) -> np.ndarray:
         return self.call("predict", X, pred_leaf=True).astype(np.int64)
@@ -269,7 +331,7 @@ class LightGBMNative(NativeModel):
     def predict_contributions(self, X: Any) -> np.ndarray:
         """``pred_contrib`` (each output's features and bias side by side), per output."""
         values = self.call("predict", X, pred_contrib=True)
-        values = values / self.forest.n_trees if self.forest.average else values
+        values = values / self._iterations if self.forest.average else values
         return values.reshape(len(values), self.forest.n_outputs, -1)
 
 

@@ -66,7 +66,8 @@ def import_sklearn(model: Any) -> Forest:
     else:
         raise UnsupportedModelError(f"scikit-learn model {kind} is not a supported tree model")
     forest.feature_names = _feature_names(model)
-    rows = pipeline_input(model, forest) if kind == "Pipeline" else (lambda row: row)
+    labelled = kind == "Pipeline" or forest.recode_categories
+    rows = pipeline_input(model, forest) if labelled else (lambda row: row)
     leaves = (lambda row: _leaves(model, rows(row))) if _reports_leaves(model) else None
     forest.refuses = probe_refusals(forest, lambda row: model.predict(rows(row)), leaves)
     return forest

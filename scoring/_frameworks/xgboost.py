@@ -40,7 +40,7 @@ _LOGISTIC = {"binary:logistic", "reg:logistic"}
 _LOG_LINK = {"count:poisson", "reg:gamma", "reg:tweedie", "survival:cox", "survival:aft"}
 _IDENTITY = {
     "reg:squarederror", "reg:squaredlogerror", "reg:pseudohubererror", "reg:absoluteerror",
-    "reg:quantileerror", "reg:linear", "binary:logitraw", "binary:hinge",
+    "reg:quantileerror", "reg:linear", "binary:logitraw",
     "rank:pairwise", "rank:ndcg", "rank:map",
 }  # fmt: skip
 _MULTI = {"multi:softprob", "multi:softmax"}
@@ -110,6 +110,8 @@ def _post_transform(objective: str) -> str:
         return "softmax"
     if objective in _LOG_LINK:
         return "exp"
+    if objective == "binary:hinge":
+        return "hinge"
     if objective in _IDENTITY:
         return "identity"
     raise UnsupportedModelError(f"XGBoost objective {objective!r} is not supported")
