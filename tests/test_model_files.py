@@ -13,6 +13,7 @@ are refused with XGBoost's own reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -109,10 +110,8 @@ def test_lightgbm_files_are_refused_exactly_where_lightgbm_cannot_load_them(
     for i, (name, variant) in enumerate(variants.items()):
         paths[name] = tmp_path / f"v{i}.txt"
         paths[name].write_bytes(variant.encode())
-        try:
+        with contextlib.suppress(ModelFileError):
             accepted[name] = complete_model_text(variant.encode(), name=name)
-        except ModelFileError:
-            pass
     # What the product passes on to LightGBM must never be what kills it.
     passed_on = {name: tmp_path / f"passed{i}.txt" for i, name in enumerate(accepted)}
     for name, path in passed_on.items():
@@ -120,7 +119,8 @@ def test_lightgbm_files_are_refused_exactly_where_lightgbm_cannot_load_them(
     verdicts = lightgbm_verdicts([*paths.values(), *passed_on.values()])
     loads = {name for name, path in paths.items() if verdicts[str(path)][0] == 0}
     assert loads <= set(accepted), f"refused what LightGBM loads: {sorted(loads - set(accepted))}"
-    killed = [(n, verdicts[str(p)][0]) for n, p in passed_on.items() if verdicts[str(p)][0] not in (0, 3)]
+    # Loaded, or refused with an exception (which the product reports as a ModelFileError).
+    killed = [n for n, p in passed_on.items() if verdicts[str(p)][0] not in (0, 3)]
     assert not killed, f"accepted what LightGBM cannot load: {killed}"
     # Both directions have cases: the sweep is not vacuous.
     assert len(accepted) < len(variants) and {"no tree_sizes", "version v3"} <= loads

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import scoring
 from scoring._ir import Forest
-from scoring._parity import feature_candidates, leaf_rows
+from scoring._parity import feature_candidates, leaf_rows, probe_rows
 from scoring.errors import InvalidValueError, ParityError, UnsupportedModelError
 
 from .conftest import RECIPES, as_model_input, built
@@ -167,3 +167,32 @@ def test_hummingbird_is_exact_or_refused(recipe_name: str) -> None:
         check_against_native(recipe_name, cm, rows.astype(np.float32), leaves=False)
 
     check()
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+@pytest.mark.parametrize("backend", ["native", *STRATEGIES])
+def test_zero_and_one_row_batches(recipe_name: str, backend: str, rows: int) -> None:
+    """Every output of every backend and strategy on a batch of zero rows and of one:
+    native's answer (zero rows: its answer to one row, cut to none: scikit-learn and
+    LightGBM refuse zero rows themselves)."""
+    _, forest, native = built(recipe_name)
+    cm = compiled(recipe_name, "native") if backend == "native" else compiled(
+        recipe_name, "tensor", backend
+    )
+    one = probe_rows(forest, n_rows=1, special=False)
+    if rows:
+        check_against_native(recipe_name, cm, one, leaves=True)
+    X0, X1 = (as_model_input(RECIPES[recipe_name], r, forest) for r in (one[:rows], one))
+    methods = ["predict", "predict_raw"]
+    if forest.task in ("binary", "multiclass", "multilabel", "multioutput"):
+        methods.append("predict_proba")
+    for method in methods:
+        ours, single = getattr(cm, method)(X0), getattr(native, method)(X1)
+        for got, want in zip(*map(_parts, (ours, single)), strict=True):
+            assert got.shape == (rows, *want.shape[1:]), method
+            assert got.dtype == want.dtype or method != "predict", method
+
+
+def _parts(answer: Any) -> list[np.ndarray]:
+    """A list of each target's answer (scikit-learn's multi-output predict_proba)."""
+    return [np.asarray(a) for a in answer] if isinstance(answer, list) else [np.asarray(answer)]

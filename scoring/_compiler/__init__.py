@@ -8,6 +8,10 @@
   limit: no child gathers;
 * ``tree_traversal`` otherwise: any depth, memory linear in nodes.
 
+Every strategy's tables are sized before anything is allocated (:data:`LAYOUT_BYTES`):
+``auto`` passes over a layout past ``max_layout_bytes``, and a forced strategy past it
+raises :class:`ResourceLimitError` naming the strategies that fit.
+
 ``fused`` (see :mod:`.fused`) costs a torch.compile, so it is picked only for forests
 large enough to repay that (:func:`fused_pays`): on CUDA always, since the GPU suite
 measured it fastest at every batch size from 1k rows (benchmarks/results/gpu/); on CPU
@@ -40,9 +44,11 @@ from .tables import (
     NodeParams,
     bitset_tables,
     gemm_layout,
+    gemm_layout_bytes,
     perfect_layout,
     perfect_layout_bytes,
     traversal_layout,
+    traversal_layout_bytes,
 )
 from .transforms import transform
 
@@ -70,8 +76,14 @@ class _Built:
 #: A strategy builds a :class:`_Built` for a forest from its node test; a new strategy
 #: is one function and one row of :data:`_BUILDERS`.
 _Builder = Callable[[Forest, Callable[[NodeParams], NodeTest], int], _Built]
-#: Default ceiling for the perfect layout's tables.
-PERFECT_MAX_BYTES = 1 << 30
+#: Default ceiling for a layout's tables.
+LAYOUT_MAX_BYTES = 1 << 30
+#: What each layout's tables take, computed from the Forest before any is built.
+LAYOUT_BYTES: dict[str, Callable[[Forest], int]] = {
+    "gemm": gemm_layout_bytes,
+    "tree_traversal": traversal_layout_bytes,
+    "perfect_tree_traversal": perfect_layout_bytes,
+}
 #: Elements of the widest intermediate per chunk of rows (bounds scratch memory).
 _CHUNK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 27}
 #: Node tests per row (trees x depth) from which a compile repays itself on CPU.
@@ -89,22 +101,23 @@ def choose_strategy(
     *,
     device: torch.device,
     batch_size: int | None = None,
-    max_perfect_bytes: int = PERFECT_MAX_BYTES,
+    max_layout_bytes: int = LAYOUT_MAX_BYTES,
 ) -> StrategyChoice:
     if device.type == "cuda" and fused_pays(forest):
         return StrategyChoice("fused", "CUDA, forest large enough to repay a compile")
     depth = forest.max_depth
     gemm_depth = 6 if device.type == "cuda" and (batch_size or 1 << 20) <= 4096 else 3
-    if depth <= gemm_depth:
+    if depth <= gemm_depth and gemm_layout_bytes(forest) <= max_layout_bytes:
         return StrategyChoice("gemm", f"max depth {depth} <= {gemm_depth}")
     need = perfect_layout_bytes(forest)
-    if _perfect_fits(forest, max_perfect_bytes):
+    if _perfect_fits(forest, max_layout_bytes):
         return StrategyChoice(
             "perfect_tree_traversal", f"max depth {depth} <= 10, layout {need >> 20} MiB"
         )
-    return StrategyChoice(
-        "tree_traversal", f"max depth {depth} > 10 or perfect layout {need >> 20} MiB too large"
-    )
+    reason = f"max depth {depth} > 10 or perfect layout {need >> 20} MiB too large"
+    if traversal_layout_bytes(forest) > max_layout_bytes >= gemm_layout_bytes(forest):
+        return StrategyChoice("gemm", f"{reason}, and the traversal layout too")
+    return StrategyChoice("tree_traversal", reason)
 
 
 def _perfect_fits(forest: Forest, max_bytes: int) -> bool:
@@ -228,16 +241,16 @@ def compile_forest(
     device: torch.device,
     strategy: str = "auto",
     batch_size: int | None = None,
-    max_perfect_bytes: int = PERFECT_MAX_BYTES,
+    max_layout_bytes: int = LAYOUT_MAX_BYTES,
 ) -> tuple[TensorForest | ChainForest, StrategyChoice]:
     if forest.stages:  # a chain: its stages compiled one by one, run in order
         return _compile_chain(forest, device=device, strategy=strategy, batch_size=batch_size,
-                              max_perfect_bytes=max_perfect_bytes)  # fmt: skip
+                              max_layout_bytes=max_layout_bytes)  # fmt: skip
     if forest.n_trees == 0:
         raise CompileError(f"{forest.model_kind} has no trees to compile")
     if strategy == "auto":
         choice = choose_strategy(
-            forest, device=device, batch_size=batch_size, max_perfect_bytes=max_perfect_bytes
+            forest, device=device, batch_size=batch_size, max_layout_bytes=max_layout_bytes
         )
     elif strategy in STRATEGIES:
         choice = StrategyChoice(strategy, "requested")
@@ -249,7 +262,8 @@ def compile_forest(
         return NodeTest(params, bits, cat_check_before_trunc=forest.cat_check_before_trunc)
 
     acc = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
-    built = _BUILDERS[choice.name](forest, test, max_perfect_bytes)
+    _check_fits(forest, choice.name, max_layout_bytes)
+    built = _BUILDERS[choice.name](forest, test, max_layout_bytes)
     leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
     module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost)
     module = module.to(device).eval()
@@ -266,14 +280,14 @@ def _compile_chain(
     device: torch.device,
     strategy: str,
     batch_size: int | None,
-    max_perfect_bytes: int,
+    max_layout_bytes: int,
 ) -> tuple[ChainForest, StrategyChoice]:
     modules: list[nn.Module] = []
     choices: list[StrategyChoice] = []
     for stage in forest.stages:
         module, choice = compile_forest(
             stage, device=device, strategy=strategy, batch_size=batch_size,
-            max_perfect_bytes=max_perfect_bytes,
+            max_layout_bytes=max_layout_bytes,
         )  # fmt: skip
         modules.append(module)
         choices.append(choice)
@@ -281,13 +295,28 @@ def _compile_chain(
     return chain, StrategyChoice(choices[0].name, f"a chain of {len(modules)}: {choices[0].reason}")
 
 
+def _check_fits(forest: Forest, strategy: str, max_bytes: int) -> None:
+    """Refuse a strategy whose tables would pass ``max_bytes``, before building any
+    (``fused`` builds the perfect layout where it fits, else the traversal one)."""
+    layout = strategy
+    if strategy == "fused":
+        layout = "perfect_tree_traversal" if _perfect_fits(forest, max_bytes) else "tree_traversal"
+    need = LAYOUT_BYTES[layout](forest)
+    if need <= max_bytes:
+        return
+    fits = [name for name, size in LAYOUT_BYTES.items() if size(forest) <= max_bytes]
+    fix = (
+        f"use strategy='auto' (or {' or '.join(map(repr, fits))})"
+        if fits
+        else ("no strategy fits: raise the limit or score with backend='native'")
+    )
+    raise ResourceLimitError(
+        f"strategy {strategy!r} needs {need / 2**20:,.1f} MiB for {forest.model_kind} "
+        f"({forest.n_trees} trees, depth {forest.max_depth}; limit {max_bytes >> 20} MiB); {fix}"
+    )
+
+
 def _perfect(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
-    need = perfect_layout_bytes(forest)
-    if need > max_bytes:
-        raise ResourceLimitError(
-            f"perfect_tree_traversal needs {need >> 20} MiB for depth {forest.max_depth} "
-            f"(limit {max_bytes >> 20} MiB); use strategy='tree_traversal' or 'auto'"
-        )
     perfect = perfect_layout(forest)
     walk = PerfectTreeTraversal(perfect, test(perfect.params))
     return _Built(walk, perfect.leaves, _traversal_cost(forest))

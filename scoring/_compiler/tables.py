@@ -184,12 +184,35 @@ class PerfectLayout:
     depth: int
 
 
+#: Bytes of one node's test (feature, threshold, categorical row, flags) and of one
+#: leaf (its id and its value per output) in every layout's tables.
+_NODE_BYTES = 8 * 3 + 4
+
+
+def _leaf_bytes(forest: Forest) -> int:
+    return 8 * (1 + forest.n_outputs)
+
+
 def perfect_layout_bytes(forest: Forest) -> int:
     """Bytes the perfect layout would take: it grows as 2**depth per tree."""
     depth = forest.max_depth
-    per_node = 8 * 3 + 4  # feature, threshold, cat row + flags
-    per_leaf = 8 * (1 + forest.n_outputs)
-    return forest.n_trees * ((2**depth - 1) * per_node + 2**depth * per_leaf)
+    return forest.n_trees * ((2**depth - 1) * _NODE_BYTES + 2**depth * _leaf_bytes(forest))
+
+
+def traversal_layout_bytes(forest: Forest) -> int:
+    """Bytes the traversal layout would take: every tree padded to the widest, with its
+    two child tables."""
+    width = max((t.n_nodes for t in forest.trees), default=0)
+    return forest.n_trees * width * (_NODE_BYTES + 2 * 8 + _leaf_bytes(forest))
+
+
+def gemm_layout_bytes(forest: Forest) -> int:
+    """Bytes the gemm layout would take: a float32 path matrix of internal nodes x
+    leaves per tree, which grows as the square of a tree's size."""
+    n_inner = max((int((~t.is_leaf).sum()) for t in forest.trees), default=0)
+    n_leaf = max((int(t.is_leaf.sum()) for t in forest.trees), default=0)
+    per_tree = max(n_inner, 1) * (n_leaf * 4 + _NODE_BYTES) + n_leaf * (4 + _leaf_bytes(forest))
+    return forest.n_trees * per_tree
 
 
 def perfect_layout(forest: Forest) -> PerfectLayout:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import torch
 
@@ -60,9 +61,37 @@ class NativeModel:
         return np.asarray(self.answer(method, X, **kwargs))
 
     def answer(self, method: str, X: Any, **kwargs: Any) -> Any:
-        """What ``model.method(X)`` returns, as it returns it (bad input: InputError)."""
+        """What ``model.method(X)`` returns, as it returns it (bad input: InputError).
+
+        Zero rows, which scikit-learn and LightGBM refuse, get the answer to one row
+        the model accepts, cut to none: the shape and dtype the model would return."""
         X = native_input(X)
-        return self.asked(lambda: getattr(self.model, method)(self.prepare(X, method), **kwargs))
+        empty = len(X) == 0
+        rows = self.one_row(X) if empty else X
+        value = self.asked(
+            lambda: getattr(self.model, method)(self.prepare(rows, method), **kwargs)
+        )
+        if not empty:
+            return value
+        return [v[:0] for v in value] if isinstance(value, list) else value[:0]
+
+    def one_row(self, X: Any) -> Any:
+        """One row shaped as ``X``: zeros, and a known category (or label) where the
+        column holds categories, as the import's probes asked."""
+        if not isinstance(X, pd.DataFrame):
+            return np.zeros((1, *np.shape(X)[1:]), dtype=np.asarray(X).dtype)
+        labels = self.forest.categories if X.shape[1] == self.forest.n_features else {}
+        row = {}
+        for j, (name, column) in enumerate(X.items()):
+            known = list(labels.get(j, []))
+            if isinstance(column.dtype, pd.CategoricalDtype):
+                first = list(column.cat.categories[:1]) or known[:1] or [np.nan]
+                row[name] = pd.Categorical(first, categories=column.cat.categories)
+            elif pd.api.types.is_numeric_dtype(column.dtype):
+                row[name] = np.zeros(1, dtype=column.dtype)
+            else:
+                row[name] = np.array(known[:1] or [None], dtype=object)
+        return pd.DataFrame(row)
 
     def asked(self, call: Callable[[], Any]) -> Any:
         """What ``call`` returns; a ValueError (how frameworks report bad input) as an
@@ -86,7 +115,7 @@ class NativeModel:
             e = np.exp(margin - margin.max(axis=1, keepdims=True))
             return e / e.sum(axis=1, keepdims=True)
         values = self.call("predict", X)  # Boosters return transformed values
-        return probabilities(self.forest, values.reshape(len(values), -1))
+        return probabilities(self.forest, values if values.ndim == 2 else values[:, None])
 
     @abstractmethod
     def predict_raw(self, X: Any) -> np.ndarray:
