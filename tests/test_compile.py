@@ -75,7 +75,8 @@ def test_lightgbm_and_skops_files(
 @pytest.mark.parametrize("keep", [0.01, 0.3, 0.97, -400])
 def test_a_truncated_lightgbm_file_is_refused_not_a_crash(tmp_path: Path, keep: float) -> None:
     """LightGBM's parser kills the process on most of these (or refuses with a reason);
-    the check before it names the file instead (run in a child so that a regression cannot take pytest down)."""
+    the check before it names the file instead (run in a child so that a regression
+    cannot take pytest down)."""
     model, _, _ = built("lgb_cat")
     text = model.booster_.model_to_string().encode()
     path = tmp_path / "model.txt"
