@@ -48,7 +48,15 @@ __all__ = [
 ZERO_THRESHOLD = float(np.float32(1e-35))
 
 PostTransform = Literal[
-    "identity", "sigmoid", "softmax", "exp", "ova_sigmoid", "isolation", "square", "hinge"
+    "identity",
+    "sigmoid",
+    "softmax",
+    "exp",
+    "ova_sigmoid",
+    "isolation",
+    "square",
+    "hinge",
+    "softplus",
 ]
 #: ``multioutput``: a classifier of several targets at once (scikit-learn trees fitted
 #: on a 2-D y); its outputs are each target's class probabilities side by side.

@@ -20,6 +20,8 @@ def transform(forest: Forest, margin: torch.Tensor) -> torch.Tensor:
         return torch.exp(margin)
     if kind == "square":  # LightGBM reg_sqrt: the model was fit on sign(y) * sqrt(|y|)
         return torch.sign(margin) * margin * margin
+    if kind == "softplus":  # LightGBM cross_entropy_lambda, as it computes it
+        return torch.log1p(torch.exp(margin))
     if kind == "hinge":  # XGBoost binary:hinge: the class, 1.0 where the margin is > 0
         return (margin > 0).to(margin.dtype)
     if kind == "isolation":  # decision_function of IsolationForest

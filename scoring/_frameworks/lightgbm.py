@@ -45,7 +45,8 @@ def import_lightgbm(model: Any) -> Forest:
     is_booster = isinstance(model, lightgbm.Booster)
     kind = _BOOSTER if is_booster else type(model).__name__
     forest = forest_from_text(model_text(model), kind=kind)
-    if not is_booster and forest.task in ("binary", "multiclass"):
+    # A regressor may learn cross-entropy too: it predicts the probability, not labels.
+    if hasattr(model, "classes_") and forest.task in ("binary", "multiclass"):
         forest.classes = np.asarray(model.classes_)
         forest.predict_returns = "label"
     booster = model if is_booster else model.booster_
@@ -214,6 +215,8 @@ def _set_post_transform(forest: Forest, objective: list[str]) -> None:
         forest.sigmoid_alpha = float(options.get("sigmoid", 1.0))
     elif name in _EXP:
         forest.post_transform = "exp"
+    elif name in ("cross_entropy_lambda", "xentlambda"):
+        forest.post_transform = "softplus"  # the intensity: log(1 + exp(raw))
     elif name in _IDENTITY:
         forest.post_transform = "square" if "sqrt" in objective else "identity"
     else:
