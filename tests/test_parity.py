@@ -176,8 +176,10 @@ def test_zero_and_one_row_batches(recipe_name: str, backend: str, rows: int) -> 
     native's answer (zero rows: its answer to one row, cut to none: scikit-learn and
     LightGBM refuse zero rows themselves)."""
     _, forest, native = built(recipe_name)
-    cm = compiled(recipe_name, "native") if backend == "native" else compiled(
-        recipe_name, "tensor", backend
+    cm = (
+        compiled(recipe_name, "native")
+        if backend == "native"
+        else compiled(recipe_name, "tensor", backend)
     )
     one = probe_rows(forest, n_rows=1, special=False)
     if rows:
