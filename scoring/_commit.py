@@ -10,7 +10,17 @@ An entry names the input (path and fingerprint), its row count, the output file 
 sha256, and the job (model sha256, kept columns, outputs).  A rerun skips a fragment
 only when its entry matches this job and input and the file still has that sha256.
 Publication moves the staged files into place, writes ``_scoring_manifest.json`` and
-writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.  A rerun
+writes ``_SUCCESS`` last; a run killed at any point never leaves ``_SUCCESS``.
+
+Readers: with ``_SUCCESS``, the folder's data files are the output the manifest
+describes; without it, the files the manifest names are a complete output (or there is
+none).  Publishing over a previous complete output keeps that true at every step: its
+``_SUCCESS`` goes first, each of its files about to be replaced or removed is kept under
+``_temporary/_previous/`` (a hard link where the filesystem has them, else a copy) and
+the manifest is pointed at those (written whole: a temporary file renamed over it);
+only then are the new files moved in, the new manifest written and ``_SUCCESS`` last.
+A run killed at any step leaves either the previous run or the new one readable through
+the manifest, never a mix, and the same command finishes the publication.  A rerun
 of a published job trusts ``_SUCCESS`` only while every file the manifest names is there
 with its recorded size (and, with ``verify``, its recorded sha256); otherwise the
 manifest's intact files count as done (as journal entries do) and only the others are
@@ -33,6 +43,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,17 +53,44 @@ from typing import Any
 
 import fsspec
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from ._dataset import Fragment
 from .errors import OutputError
 
-__all__ = ["MANIFEST", "SUCCESS", "Committer", "HashingSink", "job_key"]
+__all__ = [
+    "MANIFEST", "SUCCESS", "Committer", "HashingSink", "Publication", "job_key",
+    "publications_since",
+]  # fmt: skip
 
 MANIFEST = "_scoring_manifest.json"
 SUCCESS = "_SUCCESS"
 STAGING = "_temporary"
 MANIFEST_FORMAT_VERSION = 1
 _HASH_CHUNK = 8 << 20  # outputs are hashed as a stream, never held whole in memory
+
+
+#: Where the files of a previous output wait while a new one is published over it.
+PREVIOUS = f"{STAGING}/_previous"
+
+
+@dataclass
+class Publication:
+    """How far a publication in this process got, for what a command stopped by a
+    signal says: ``publishing`` (nothing published yet), ``replacing`` (a previous
+    complete output is set aside and readable through the manifest), ``published``."""
+
+    url: str
+    started: float  # time.monotonic()
+    phase: str = "publishing"
+
+
+_PUBLICATIONS: list[Publication] = []
+
+
+def publications_since(started: float) -> list[Publication]:
+    """This process's publications begun at or after ``started`` (time.monotonic())."""
+    return [p for p in _PUBLICATIONS if p.started >= started]
 
 
 def job_key(job: dict[str, Any]) -> str:
@@ -162,11 +201,12 @@ class Committer:
                     "input; choose a new output or pass overwrite=True (--overwrite)"
                 )
             return False
-        # Outputs an interrupted publish already moved into place are ours too.
-        journaled = {e.output for e in self._entries()}
+        # Outputs an interrupted publish already moved into place are ours too, and so
+        # are those of the run it was publishing over (its manifest names them).
+        ours = {e.output for e in self._entries()} | set(self._published_names())
         foreign = [
             p for p in self._listing()
-            if not p.startswith((STAGING, "_", ".", *self.engine_files)) and p not in journaled
+            if not p.startswith((STAGING, "_", ".", *self.engine_files)) and p not in ours
         ]  # fmt: skip
         if foreign:
             raise OutputError(
@@ -287,22 +327,23 @@ class Committer:
     # -- publication ---------------------------------------------------------------
 
     def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
-        """Move every staged file into place, then the manifest, then ``_SUCCESS``."""
+        """Move every staged file into place, then the manifest, then ``_SUCCESS``
+        (a previous complete output's files set aside first, see the module docstring)."""
         self._forget_listings()
+        self._begin()
         entries = sorted(entries, key=lambda e: e.relpath)
-        old = self.previous_manifest() if self.overwrite else None
-        if self.fs.exists(f"{self.root}/{SUCCESS}"):
-            self.fs.rm_file(f"{self.root}/{SUCCESS}")
         keep = {e.output for e in entries}
-        for stale in (old or {}).get("fragments", []):
-            path = f"{self.root}/{stale['output']}"
-            if stale["output"] not in keep and self.fs.exists(path):
-                self.fs.rm_file(path)
-        for e in entries:
-            staged = f"{self.staging}/{e.output}"
-            if self.fs.exists(staged):  # else published by an earlier, interrupted publish
+        staged = {e.output for e in entries if self.fs.exists(f"{self.staging}/{e.output}")}
+        old = self._published_names()
+        self._set_aside(staged | (set(old) - keep))
+        for name in sorted(set(old) - keep):
+            self._remove(f"{self.root}/{name}")
+            self._step("removed a file of the previous run")
+        for e in entries:  # a file not staged was placed by an earlier, interrupted publish
+            if e.output in staged:
                 self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
-                self.fs.mv(staged, f"{self.root}/{e.output}")
+                self.fs.mv(f"{self.staging}/{e.output}", f"{self.root}/{e.output}")
+                self._step("placed a new file")
         manifest = self._finish([e.__dict__ for e in entries], extra)
         self.fs.rm(self.staging, recursive=True)
         return manifest
@@ -311,12 +352,21 @@ class Committer:
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
     ) -> dict[str, Any]:
         """Move the ``prefix*`` files another committer wrote into :attr:`engine_dir` into
-        place (an earlier run's files there go first), record them (rows from their
-        footers, sha256 of their bytes), then the manifest, then ``_SUCCESS``."""
+        place (an earlier run's files there go first, set aside as :meth:`publish` does),
+        record them (rows from their footers, sha256 of their bytes), then the manifest,
+        then ``_SUCCESS``."""
         self._forget_listings()
-        self._unpublish(prefix)
+        self._begin()
+        old = set(self._published_names()) | {
+            p[len(self.root) :].lstrip("/") for p in self.fs.glob(f"{self.root}/{prefix}*")
+        }  # named by the manifest, or moved in by an interrupted publish
+        self._set_aside(old)
+        for name in sorted(old):
+            self._remove(f"{self.root}/{name}")
+            self._step("removed a file of the previous run")
         for path in self.fs.glob(f"{self.engine_dir}/{prefix}*"):
             self.fs.mv(path, f"{self.root}/{path.rsplit('/', 1)[-1]}")
+            self._step("placed a new file")
         files = []
         for path in sorted(self.fs.glob(f"{self.root}/{prefix}*")):
             with self.fs.open(path, "rb") as f:
@@ -335,18 +385,77 @@ class Committer:
         self.fs.rm(self.staging, recursive=True)
         return manifest
 
-    def _unpublish(self, prefix: str) -> None:
-        """Remove ``_SUCCESS`` and every output an earlier run published here (those its
-        manifest names, and any ``prefix*`` file, moved in by an interrupted publish)."""
-        old = self.previous_manifest() or {}
+    # -- the steps of a publication ---------------------------------------------------
+
+    def _begin(self) -> None:
+        self.publication = Publication(self.url, time.monotonic())
+        _PUBLICATIONS[:] = [*_PUBLICATIONS[-15:], self.publication]
+
+    def _step(self, done: str) -> None:
+        """Called after each step of a publication (the fault tests stop it there)."""
+
+    def _published_names(self) -> list[str]:
+        """The files the output's manifest names (with or without ``_SUCCESS``), by the
+        name each has in the output: a file set aside under ``_previous/`` by its own."""
+        manifest = self._manifest()
+        if manifest is None:
+            return []
+        listed = manifest.get("files") or manifest.get("fragments", [])
+        names = [str(f["output"]) for f in listed if "output" in f]
+        return [n.removeprefix(f"{PREVIOUS}/") for n in names]
+
+    def _manifest(self) -> dict[str, Any] | None:
+        path = f"{self.root}/{MANIFEST}"
+        return dict(json.loads(self.fs.cat_file(path))) if self.fs.exists(path) else None
+
+    def _set_aside(self, touched: set[str]) -> None:
+        """Before files of the output's manifest are replaced or removed (``touched``):
+        ``_SUCCESS`` off, each kept under ``_previous/`` and the manifest pointed at
+        those, so that it names a complete output at every step.  A manifest exists only
+        once a publication finished, so it always named a complete output; one an
+        interrupted publication already pointed there keeps its kept files."""
+        manifest = self._manifest()
+        if manifest is None:
+            return
+        listed = manifest.get("files") or manifest.get("fragments", [])
+        kept = any(str(f.get("output", "")).startswith(f"{PREVIOUS}/") for f in listed)
+        if kept or manifest.get("job_key") != self.job_key:
+            self.publication.phase = "replacing"  # a previous run is what readers see
         if self.fs.exists(f"{self.root}/{SUCCESS}"):
             self.fs.rm_file(f"{self.root}/{SUCCESS}")
-        named = [f["output"] for f in [*old.get("files", []), *old.get("fragments", [])]
-                 if "output" in f]  # fmt: skip
-        stale = {f"{self.root}/{n}" for n in named} | set(self.fs.glob(f"{self.root}/{prefix}*"))
-        for path in sorted(stale):
-            if self.fs.exists(path):
-                self.fs.rm_file(path)
+            self._step("unmarked the previous run")
+        # A file lost since (a rerun rescoring it) has nothing to keep.
+        moving = [f for f in listed if f.get("output") in touched
+                  and self.fs.exists(f"{self.root}/{f['output']}")]  # fmt: skip
+        for f in moving:
+            name = f["output"]
+            self._keep(f"{self.root}/{name}", f"{self.root}/{PREVIOUS}/{name}")
+            self._step("kept a file of the previous run")
+            f["output"] = f"{PREVIOUS}/{name}"
+        if moving:
+            self._write_whole(f"{self.root}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+            self._step("pointed the manifest at the previous run's kept files")
+
+    def _keep(self, path: str, kept: str) -> None:
+        """``kept`` holds the bytes of ``path`` (a hard link on a local disk)."""
+        self._remove(kept)
+        self.fs.makedirs(kept.rsplit("/", 1)[0], exist_ok=True)
+        if isinstance(self.fs, LocalFileSystem):
+            with contextlib.suppress(OSError):  # a filesystem without links: copied below
+                os.link(path, kept)
+                return
+        self.fs.cp_file(path, kept)
+
+    def _remove(self, path: str) -> None:
+        if self.fs.exists(path):
+            self.fs.rm_file(path)
+
+    def _write_whole(self, path: str, data: bytes) -> None:
+        """A reader sees the old bytes or the new ones, never a part (a rename on a
+        local disk; an object store's put is whole already)."""
+        partial = f"{path}.{uuid.uuid4().hex}.tmp"
+        self.fs.pipe_file(partial, data)
+        self.fs.mv(partial, path)
 
     def _finish(self, fragments: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
         manifest = {
@@ -358,8 +467,11 @@ class Committer:
             "fragments": fragments,
             **extra,
         }
-        self.fs.pipe_file(f"{self.root}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        self._write_whole(f"{self.root}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        self._step("wrote the new manifest")
         self.fs.pipe_file(f"{self.root}/{SUCCESS}", b"")
+        self.publication.phase = "published"
+        self._step("marked the output complete")
         return manifest
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -94,6 +95,7 @@ class RowsWritten:
 
     def __init__(self) -> None:
         self.rows = 0
+        self.since = time.monotonic()  # publications begun after this are the command's
 
     def __call__(self, seconds: float, rows: int) -> None:
         self.rows = rows
@@ -135,8 +137,26 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
 
 
 def _stopped(signal_name: str, written: RowsWritten | None) -> str:
+    """What is true of the output when the signal landed: as far as its publication got."""
+    from .._commit import publications_since
+
     if written is None:
         return f"stopped by {signal_name}"
+    began = publications_since(written.since)
+    phase, url = (began[-1].phase, began[-1].url) if began else ("", "")
+    if phase == "published":
+        return f"stopped by {signal_name} after publishing {url}: the output is complete"
+    if phase == "replacing":
+        return (
+            f"stopped by {signal_name} while publishing {url} over its previous run: not "
+            "complete (no _SUCCESS); the previous run stays readable through "
+            "_scoring_manifest.json, and the same command finishes publishing"
+        )
+    if phase == "publishing":
+        return (
+            f"stopped by {signal_name} while publishing {url}: not complete (no _SUCCESS); "
+            "the files are journaled, and the same command finishes publishing"
+        )
     return (
         f"stopped by {signal_name} after {written.rows:,} rows: nothing was published; the "
         "files already written are journaled, and the same command resumes from them"
