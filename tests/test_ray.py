@@ -322,3 +322,12 @@ def test_score_dataset_writes_contributions(tmp_path: Path, ray_session: Any) ->
     np.testing.assert_allclose(got, expected.reshape(len(X), -1), atol=1e-9)
     with pytest.raises(ConfigError, match="'reason' is not an output"):
         score_dataset(ds, model, outputs=["reason"])
+
+
+@pytest.mark.parametrize("backend", ["native", "tensor"])
+def test_a_zero_row_file_among_others_on_ray(
+    tmp_path: Path, ray_session: Any, backend: str
+) -> None:
+    from .test_schema_drift import test_a_zero_row_file_among_others_is_scored_as_zero_rows
+
+    test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path, backend, engine="ray")

@@ -40,9 +40,13 @@ def _write(root: Path, tables: list[pa.Table]) -> Path:
     return root
 
 
-def _score(source: Path, target: Path, model: Any) -> pd.DataFrame:
-    cm = scoring.compile(model, backend="tensor", device="cpu")
-    scoring.score_parquet(source, target, cm, keep=["id"], outputs="raw", progress=False)
+def _score(
+    source: Path, target: Path, model: Any, backend: str = "tensor", engine: str = "local"
+) -> pd.DataFrame:
+    # Workers take the model itself (a compiled one is not shipped) and compile it there.
+    given = scoring.compile(model, backend=backend, device="cpu") if engine == "local" else model
+    scoring.score_parquet(source, target, given, keep=["id"], outputs="raw", progress=False,
+                          engine=engine, backend=backend)  # fmt: skip
     return pq.read_table(target).to_pandas().sort_values("id").reset_index(drop=True)
 
 
@@ -110,13 +114,19 @@ def test_an_all_null_column_in_the_first_file_only_reads_as_missing(tmp_path: Pa
     np.testing.assert_allclose(out["raw"], _expected(model, parts), rtol=1e-12, atol=1e-12)
 
 
-def test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["tensor", "native", "auto"])
+def test_a_zero_row_file_among_others_is_scored_as_zero_rows(
+    tmp_path: Path, backend: str, engine: str = "local"
+) -> None:
+    """On every backend (``auto`` picks native on CPU for this model), and, from
+    test_ray.py and test_spark.py, on every engine."""
     model, parts = _frames()
     tables = [pa.Table.from_pandas(p, preserve_index=False) for p in parts]
     tables.insert(1, tables[0].slice(0, 0))
-    out = _score(_write(tmp_path / "in", tables), tmp_path / "out", model)
+    out = _score(_write(tmp_path / "in", tables), tmp_path / "out", model, backend, engine)
     np.testing.assert_allclose(out["raw"], _expected(model, parts), rtol=1e-12, atol=1e-12)
-    assert pq.read_table(tmp_path / "out" / "part-1.parquet").num_rows == 0
+    if engine != "spark":  # Spark writes its own part files, not one per input file
+        assert pq.read_table(tmp_path / "out" / "part-1.parquet").num_rows == 0
 
 
 @pytest.mark.parametrize("files", [1, 3])  # pyarrow fails on the first, not on a later one

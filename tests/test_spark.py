@@ -364,3 +364,10 @@ def test_score_dataframe_writes_contributions_and_reasons(spark: Any, registry: 
     model = model_frame("xgb_clf", rows=10)[0]
     expected = scoring.compile(model, backend="tensor").predict_contributions(X)
     np.testing.assert_allclose(frame[names].to_numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["native", "tensor"])
+def test_a_zero_row_file_among_others_on_spark(tmp_path: Path, spark: Any, backend: str) -> None:
+    from .test_schema_drift import test_a_zero_row_file_among_others_is_scored_as_zero_rows
+
+    test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path, backend, engine="spark")
