@@ -54,6 +54,7 @@ from ._model import (
     resolve_device,
 )
 from ._parity import probe_rows
+from ._progress import StageClock
 from ._scorer import Scorer
 from ._where import RowFilter
 from .errors import ConfigError, InputError, MissingColumnError, ModelFileError, ScoringError
@@ -432,7 +433,11 @@ class SetScorer:
             found += where.columns if where else []
         return list(dict.fromkeys(found))
 
-    def score(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    def score(
+        self, batch: pa.RecordBatch | pa.Table, *, clock: StageClock | None = None
+    ) -> pa.Table:
+        """Every member's outputs for ``batch`` (its time is the run's ``score`` stage,
+        not split into prepare, kernel and outputs: the members share those steps)."""
         masks = [f.mask(batch) if f else None for f in self.filters]
         read: dict[tuple[str, str | None], tuple[pa.Table, Matrix]] = {}
         outputs: list[list[pa.Array]] = [[] for _ in self.scorers]

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-__all__ = ["RunProgress", "waiting"]
+__all__ = ["RunProgress", "StageClock", "waiting"]
 
 LOG_EVERY_S = 10.0
 
@@ -136,3 +136,23 @@ class RunProgress:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class StageClock:
+    """Busy seconds per stage of a run: read, score (within it: prepare, the rows read
+    into the model's matrix and checked; kernel, the backend's call with its device
+    copies; outputs, the output columns built), write.  The stages overlap, and scoring's
+    are summed over its parallel calls, so together they exceed the run's wall time."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {"read": 0.0, "score": 0.0, "write": 0.0}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def timing(self, stage: str) -> Iterator[None]:
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - began

@@ -25,6 +25,7 @@ from ._compiler.contributions import Contributions
 from ._inputs import Matrix, feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
+from ._progress import StageClock
 from .errors import InputError, MissingColumnError, NonNumericColumnError
 
 __all__ = ["Scorer"]
@@ -129,15 +130,27 @@ class Scorer:
 
     # -- scoring -------------------------------------------------------------------
 
-    def score(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
-        """Kept columns, then the output columns, for every row of ``batch``."""
-        columns = [batch.column(k) for k in self.keep] + self.outputs_of(*self.matrix(batch))
+    def score(
+        self, batch: pa.RecordBatch | pa.Table, *, clock: StageClock | None = None
+    ) -> pa.Table:
+        """Kept columns, then the output columns, for every row of ``batch`` (``clock``:
+        the busy seconds of its prepare, kernel and outputs steps are added to it)."""
+        clock = clock or StageClock()
+        with clock.timing("prepare"):
+            features, mat = self.matrix(batch)
+        columns = [batch.column(k) for k in self.keep] + self.outputs_of(features, mat, clock=clock)
         return pa.Table.from_arrays(columns, names=self.keep + self.output_names)
 
-    def outputs_of(self, features: pa.Table, mat: Matrix) -> list[pa.Array]:
+    def outputs_of(
+        self, features: pa.Table, mat: Matrix, *, clock: StageClock | None = None
+    ) -> list[pa.Array]:
         """The output columns of rows already read by :meth:`matrix`."""
-        values, raw = self.backend.score(features, mat, raw=self.layout.raw)
-        return self.layout.arrays(values, raw, self.forest, self.contributions(mat))
+        clock = clock or StageClock()
+        with clock.timing("kernel"):
+            values, raw = self.backend.score(features, mat, raw=self.layout.raw)
+            contributions = self.contributions(mat)
+        with clock.timing("outputs"):
+            return self.layout.arrays(values, raw, self.forest, contributions)
 
     def contributions(self, mat: Matrix) -> np.ndarray | None:
         """``[rows, outputs, features + 1]`` when the layout explains, else None: the

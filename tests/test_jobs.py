@@ -310,7 +310,8 @@ def test_every_run_is_recorded_with_its_outcome_and_listed(tmp_path: Path, regis
     first = runs[0]
     assert first["rows"] == 4_000 and first["window_seconds"] == 3600
     assert first["bytes"] == sum(f.stat().st_size for f in files.iterdir())
-    assert set(first["stages"]) == {"plan", "run", "read", "score", "write", "commit"}
+    assert set(first["stages"]) == {"plan", "run", "read", "score", "write", "commit",
+                                    "prepare", "kernel", "outputs"}  # fmt: skip
     assert first["stages"]["run"] >= first["stages"]["commit"] and first["engine"] == "local"
     production = registry.get("churn@production")
     assert first["models"] == [

@@ -148,9 +148,9 @@ def test_engine_scores_side_by_side_in_file_order(
     threads: set[str] = set()
     score = Scorer.score
 
-    def noted(self: Scorer, batch: Any) -> pa.Table:
+    def noted(self: Scorer, batch: Any, **kwargs: Any) -> pa.Table:
         threads.add(threading.current_thread().name)
-        return score(self, batch)
+        return score(self, batch, **kwargs)
 
     monkeypatch.setattr(Scorer, "score", noted)
     scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"],

@@ -73,9 +73,25 @@ class TensorBackend:
         on_cuda = device.type == "cuda"
         self.batch_rows = cuda_batch_rows(forest, device) if on_cuda else CPU_BATCH_ROWS
         self._pinned: torch.Tensor | None = None
+        #: torch threads of a :meth:`score` call (None: torch's own count).
+        self.threads_per_call: int | None = None
+        self._process_threads = torch.get_num_threads()
 
     def for_parallel_calls(self) -> Backend | None:
-        return None  # torch spreads one call itself; a GPU takes one call at a time
+        """On CPU, this backend with each :meth:`score` call on one torch thread (torch's
+        thread count is the calling thread's own), for calls side by side as native
+        runs them: one call spread over every core waits at each op for its slowest
+        thread, and on a busy machine that one shares a core with the reader or the
+        writer (one batch: 46 ms on one thread, 1,068 ms on two, measured under load).
+        Not ``fused``: its compiled blocks hold the interpreter lock, so calls side by
+        side would take turns on one thread each.  A GPU takes one call at a time."""
+        if self.device.type != "cpu" or self.strategy == "fused":
+            return None
+        self.threads_per_call = 1
+        # What the calls restore: read here, before any runs, since a call starting
+        # while another holds one thread would read that.
+        self._process_threads = torch.get_num_threads()
+        return self
 
     def _tensor(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(mat).to(self.device, non_blocking=True)
@@ -142,7 +158,16 @@ class TensorBackend:
     def _score_once(
         self, mat: np.ndarray | torch.Tensor, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+        if not self.threads_per_call:
+            return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+        # OpenMP's count is the calling thread's own, but torch keeps a process-wide copy
+        # too (read by compiled kernels and new threads): restored after the call, or a
+        # fused model scored later in the process runs on one thread (2x slower).
+        torch.set_num_threads(self.threads_per_call)
+        try:
+            return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+        finally:
+            torch.set_num_threads(self._process_threads)
 
     def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
         """On CUDA, host rows copied through a reused pinned buffer, without blocking."""

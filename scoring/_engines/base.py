@@ -178,6 +178,13 @@ class ScoreReport:
             + (f"; rows per worker: {self._per_worker()}" if self.engine == "ray" else "")
         )
 
+    def busy(self) -> str:
+        """Each pipelined stage's busy seconds (they overlap), where the engine counted
+        them; empty where it did not."""
+        order = ("read", "prepare", "kernel", "outputs", "write")
+        found = [f"{k} {self.stages[k]:.1f} s" for k in order if k in self.stages]
+        return f"busy (stages overlap): {', '.join(found)}" if found else ""
+
     def _per_worker(self) -> str:
         return ", ".join(f"{w} {n:,}" for w, n in sorted(self.workers.items())) or "-"
 
@@ -209,6 +216,11 @@ class Run:
 
     def cast(self, table: pa.Table) -> pa.Table:
         return table.cast(self.schema) if table.schema != self.schema else table
+
+    @property
+    def keep(self) -> list[str]:
+        """The input columns each output file keeps beside the scores."""
+        return list(self.committer.job["keep"])
 
 
 def count_batch(

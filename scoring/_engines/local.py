@@ -14,7 +14,6 @@ import contextlib
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from .._commit import Entry
 from .._dataset import Fragment
 from .._drift import Counts, merge
 from .._modelset import SetScorer
-from .._progress import RunProgress
+from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
 
@@ -94,24 +93,6 @@ def run_local(run: Run, *, progress: RunProgress, clock: StageClock | None = Non
     """Score every fragment still to do; returns their journal entries (``clock``: the
     busy seconds of each stage are added to it)."""
     return _Pipeline(run, progress, clock or StageClock()).run()
-
-
-class StageClock:
-    """Busy seconds per stage of the pipeline.  The stages overlap, and scoring's are
-    summed over its parallel calls, so together they exceed the run's wall time."""
-
-    def __init__(self) -> None:
-        self.seconds = {"read": 0.0, "score": 0.0, "write": 0.0}
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def timing(self, stage: str) -> Iterator[None]:
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.seconds[stage] += time.perf_counter() - began
 
 
 class _Pipeline:
@@ -191,7 +172,7 @@ class _Pipeline:
 
     def _score(self, batch: pa.RecordBatch) -> tuple[pa.Table, Counts | None]:
         with self.clock.timing("score"):
-            table = self.job.scorer.score(batch)
+            table = self.job.scorer.score(batch, clock=self.clock)
             return table, self.job.count(batch, table)
 
     def _write(self) -> None:
@@ -250,17 +231,36 @@ class LocalEngine:
 ENGINE = register(LocalEngine())
 
 
+#: Rows (or bytes) of one row group: batches are gathered to this size before they are
+#: written, so readers see row groups of about 1M rows, not one per scored batch.
+ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_BYTES = 128 << 20
+
+
+def dictionary_columns(schema: pa.Schema, keep: list[str]) -> list[str]:
+    """The columns worth a dictionary: an output's labels and reason codes (a handful of
+    values) and kept text or dictionary columns.  Not scores (continuous: 3.5x the
+    encoding of 20 models' outputs, no bytes saved) nor kept numbers such as a unique id
+    (its dictionary outgrows its page and falls back: 2x the writer's time, measured)."""
+    kept = set(keep)
+    return [
+        f.name for f in schema
+        if (f.name not in kept and not pa.types.is_floating(f.type))
+        or pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)
+        or pa.types.is_boolean(f.type)
+    ]  # fmt: skip
+
+
 class _OutputFile:
     """One fragment's output while it is being written."""
 
     def __init__(self, run: Run, fragment: Fragment):
         self.run, self.fragment, self.rows = run, fragment, 0
         self.stats: Counts | None = None
+        self.pending: list[pa.Table] = []  # scored batches gathered into one row group
         self.tmp, self.sink = run.committer.open(fragment)
         try:
-            # Scores are continuous: a dictionary of float columns costs time (3.5x the
-            # encoding of 20 models' outputs, measured) and saves no bytes.
-            coded = [f.name for f in run.schema if not pa.types.is_floating(f.type)]
+            coded = dictionary_columns(run.schema, run.keep)
             self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy",
                                            use_dictionary=coded)  # fmt: skip
         except BaseException:  # its first bytes could not be written
@@ -268,11 +268,21 @@ class _OutputFile:
             raise
 
     def write(self, table: pa.Table, counts: Counts | None = None) -> None:
-        self.writer.write_table(self.run.cast(table))
+        self.pending.append(self.run.cast(table))
         self.rows += table.num_rows
         self.stats = merge(self.stats, counts)
+        gathered = sum(t.num_rows for t in self.pending)
+        if gathered >= ROW_GROUP_ROWS or sum(t.nbytes for t in self.pending) >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        group = pa.concat_tables(self.pending) if self.pending else None
+        self.pending = []
+        if group is not None and group.num_rows:  # a file of no rows has no row group
+            self.writer.write_table(group, row_group_size=group.num_rows)
 
     def close(self) -> Entry:
+        self._flush()
         self.writer.close()
         self.sink.close()
         return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows,

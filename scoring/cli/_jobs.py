@@ -86,6 +86,7 @@ def run(
     from .._progress import waiting
     from ..errors import DeadlineError, DriftError
     from ..jobs import EXIT_CHECKS, EXIT_INFEASIBLE, EXIT_LATE, run_job
+    from ..jobs._report import pace_vs_io
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
     spec = _load(job, "run", registry, registry_db, storage_option)
@@ -103,6 +104,12 @@ def run(
         except DriftError as exc:  # before anything is published
             raise fail("run", str(exc), code=EXIT_CHECKS) from None
     messages.print(f"scored {outcome.report.summary()}")
+    if outcome.report.busy():
+        messages.print(outcome.report.busy())
+    pace = pace_vs_io(outcome.plan, outcome.report)
+    if pace is not None:
+        messages.print(f"pace: {pace:.0%} of reading and writing the input alone "
+                       f"({outcome.plan.io_rows_per_second:,.0f} rows/s, as planned)")  # fmt: skip
     messages.print(f"report: {outcome.report_files[1]}")
     if outcome.late:
         raise fail("run", "finished after the deadline", code=EXIT_LATE)

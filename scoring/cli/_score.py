@@ -143,3 +143,5 @@ def score(
             on_progress=written,
         )
     messages.print(f"scored {result.summary()}")
+    if result.busy():
+        messages.print(result.busy())

@@ -22,13 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._bundle import Bundle
 from .._dataset import InputDataset, open_input
 from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, resolve_model
-from .._engines.local import parallel_calls
+from .._engines.local import dictionary_columns, parallel_calls
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for
 from .._registry import ModelStore
 from .._stores import configured
@@ -63,6 +64,9 @@ class Plan:
     workers_needed: int | None  # to meet the deadline; None when no count would
     feasible: bool
     cached: bool
+    #: Rows/s of reading the input and writing its outputs alone (no scoring), timed on
+    #: the same sample: the pace a job could at best reach per worker.
+    io_rows_per_second: float | None = None
 
     @property
     def margin(self) -> float | None:
@@ -136,11 +140,11 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     # The product version too: a newer engine may score at another pace.  The backend as
     # the job asks for it: ``auto`` may pick another of two candidates that time alike.
     key = f"{model.sha256}|{model.device.type}|{spec.backend}|{__version__}"
-    rate = cache.get(key)
+    rate, io_rate = cache.get(key)
     cached = rate is not None
     if rate is None:
-        rate = _measure(model, spec, data)
-        cache.put(key, rate)
+        rate, io_rate = _measure(model, spec, data)
+        cache.put(key, rate, io_rate)
     workers = (
         int(spec.workers)
         if spec.workers != "auto" and not engine.local
@@ -163,6 +167,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         estimated_seconds=estimate, deadline=deadline.isoformat() if deadline else None,
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
+        io_rows_per_second=io_rate,
     )  # fmt: skip
     return Planned(plan, source, data, _reference(store, source))
 
@@ -205,10 +210,12 @@ def _bundle_reference(store: ModelStore, bundle: Any) -> Profile | None:
     return store.reference(mv) if mv.sha256 == manifest["sha256"] else None
 
 
-def _measure(model: Scoring, spec: JobSpec, data: Any) -> float:
+def _measure(model: Scoring, spec: JobSpec, data: Any) -> tuple[float, float]:
     """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
-    each timed on a sample: the stages overlap, so the slowest one sets the pace.  The
-    sample is scored as the engine scores it, side by side where the engine does."""
+    each timed on a sample: the stages overlap, so the slowest one sets the pace; and
+    rows/s of reading and writing alone (what a job is held to).  The sample is scored
+    as the engine scores it, side by side where the engine does, and encoded as its
+    writer encodes."""
     scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)
@@ -223,13 +230,16 @@ def _measure(model: Scoring, spec: JobSpec, data: Any) -> float:
         score = time.perf_counter() - began
     began = time.perf_counter()
     if scored:
-        with pq.ParquetWriter(io.BytesIO(), scored[0].schema, compression="snappy") as writer:
-            for table in scored:
-                writer.write_table(table)
+        coded = dictionary_columns(scored[0].schema, list(spec.keep))
+        with pq.ParquetWriter(io.BytesIO(), scored[0].schema, compression="snappy",
+                              use_dictionary=coded) as writer:  # fmt: skip
+            writer.write_table(pa.concat_tables(scored))
     write = time.perf_counter() - began
     rows = sum(batch.num_rows for batch in sample)
     slowest = max(read, score, write)
-    return rows / slowest if slowest > 0 else float(rows)
+    io_alone = read + write
+    return (rows / slowest if slowest > 0 else float(rows),
+            rows / io_alone if io_alone > 0 else float(rows))  # fmt: skip
 
 
 def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
@@ -256,19 +266,24 @@ class _Cache:
             else None
         )
 
-    def get(self, key: str) -> float | None:
+    def get(self, key: str) -> tuple[float | None, float | None]:
+        """The scoring rate and the IO-alone rate measured for ``key`` (None: never)."""
         if self.path is None or not self.path.exists():
-            return None
+            return None, None
         value = json.loads(self.path.read_text()).get(key)
-        return float(value["rows_per_second"]) if value else None
+        if not value:
+            return None, None
+        io_alone = value.get("io_rows_per_second")
+        return float(value["rows_per_second"]), float(io_alone) if io_alone else None
 
-    def put(self, key: str, rate: float) -> None:
+    def put(self, key: str, rate: float, io_rate: float | None) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         entries = json.loads(self.path.read_text()) if self.path.exists() else {}
         entries[key] = {
             "rows_per_second": rate,
+            "io_rows_per_second": io_rate,
             "measured_at": datetime.now(timezone.utc).isoformat(),
         }
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")

@@ -73,6 +73,8 @@ def build_report(
         "met_deadline": deadline is None or finished <= deadline,
         "plan": plan.to_dict(),
         "plan_vs_actual": wall / plan.estimated_seconds if plan.estimated_seconds else None,
+        # The run's pace per worker against reading and writing its input alone.
+        "vs_io_alone": pace_vs_io(plan, report),
         "workers": {
             w: {"rows": n, "rows_per_second": n / seconds} for w, n in report.workers.items()
         },
@@ -185,3 +187,12 @@ def _histograms(checks: RunChecks, report: ScoreReport) -> list[dict[str, Any]]:
 def _shares(counts: list[int]) -> list[float]:
     total = sum(counts) or 1
     return [c / total for c in counts]
+
+
+def pace_vs_io(plan: Plan, report: ScoreReport) -> float | None:
+    """The run's rows/s per worker over the plan's IO-alone rate (reading its input and
+    writing its outputs, no scoring), where the plan measured one."""
+    if not plan.io_rows_per_second or not report.rows or not report.seconds:
+        return None
+    per_worker = report.rows_per_second / max(plan.workers, 1)
+    return per_worker / plan.io_rows_per_second

@@ -131,7 +131,10 @@ def _cards(data: dict[str, Any]) -> str:
 def _stages(stages: dict[str, float]) -> str:
     """Plan, scoring and commit in order; the busy seconds of the pipelined stages."""
     found = [f"{k} {stages[k]:,.1f} s" for k in ("plan", "run", "commit") if k in stages]
+    steps = [f"{k} {stages[k]:,.1f} s" for k in ("prepare", "kernel", "outputs") if k in stages]
     busy = [f"{k} {stages[k]:,.1f} s" for k in ("read", "score", "write") if k in stages]
+    if steps and "score" in stages:  # scoring's own steps, inside its busy seconds
+        busy[busy.index(f"score {stages['score']:,.1f} s")] += f" ({', '.join(steps)})"
     return ", ".join(found) + (f" (busy, overlapping: {', '.join(busy)})" if busy else "")
 
 
@@ -153,7 +156,12 @@ def _facts(data: dict[str, Any]) -> str:
 def _planned(data: dict[str, Any]) -> str:
     text = f"estimated {data['plan']['estimated_seconds']:,.1f} s"
     ratio = data["plan_vs_actual"]
-    return text + (f"; the run took {ratio:.2f}x that" if ratio else "")
+    text += f"; the run took {ratio:.2f}x that" if ratio else ""
+    pace = data.get("vs_io_alone")
+    io_alone = data["plan"].get("io_rows_per_second")
+    if pace and io_alone:  # what reading and writing the input alone would take
+        text += f"; its pace: {pace:.0%} of IO alone ({io_alone:,.0f} rows/s per worker)"
+    return text
 
 
 def _files(files: list[dict[str, Any]]) -> str:

@@ -1,0 +1,146 @@
+"""The data path from Parquet to the model and back: columns taken as Arrow holds them,
+outputs as before (values, labels, schema, manifest), row groups gathered to size, a
+dictionary only where it pays, busy seconds per stage, and side-by-side torch calls that
+leave the process's thread count as they found it.  Speed itself is measured by
+``benchmarks/e2e_pipeline.py``, not here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import scoring
+from scoring._engines import local
+from scoring._inputs import _arrow_floats, prepare
+from scoring.cli import app
+
+from .conftest import built
+from .test_score_parquet import model_frame, write_input
+
+runner = CliRunner()
+
+
+def test_a_float_column_without_nulls_is_read_from_its_own_buffer() -> None:
+    _, forest, _ = built("xgb_reg")
+    column = pa.array(np.arange(10, dtype=np.float32))
+    assert np.shares_memory(_arrow_floats(column, 0, forest), column.to_numpy())
+    holes = _arrow_floats(pa.array([1.0, None, 3.0], type=pa.float32()), 0, forest)
+    np.testing.assert_array_equal(holes, [1.0, np.nan, 3.0])
+    assert _arrow_floats(pa.array([1, 2], type=pa.int16()), 0, forest).dtype == np.float64
+
+
+@pytest.mark.parametrize("rows", [0, 1, 4095, 4096, 4097, 10_000])
+def test_the_matrix_is_the_columns_row_by_row_across_blocks(rows: int) -> None:
+    """Written block by block (4,096 rows): every row, every column, in place; float64
+    columns past float32's range become inf for a float32 reader, as native reads them."""
+    _, forest, _ = built("xgb_reg")  # float32 reader, 6 features
+    rng = np.random.default_rng(rows)
+    values = rng.normal(size=(rows, forest.n_features))
+    values[rng.random(values.shape) < 0.1] = np.nan
+    if rows:
+        values[0, 1] = 1e300
+    names = forest.feature_names or [f"f{i}" for i in range(forest.n_features)]
+    table = pa.table({n: values[:, j] for j, n in enumerate(names)})
+    mat = prepare(table, forest)
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float32)  # 1e300 -> inf
+    assert mat.flags.c_contiguous and mat.dtype == np.float32 and mat.shape == values.shape
+    np.testing.assert_array_equal(mat, expected)
+
+
+@pytest.mark.parametrize("backend", ["tensor", "native"])
+def test_outputs_are_as_native_gives_them_with_their_schema_and_manifest(
+    tmp_path: Path, backend: str
+) -> None:
+    model, X = model_frame("lgb_clf", rows=3000)
+    frame = write_input(X, tmp_path / "in", files=3)
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"],
+                          backend=backend, progress=False)  # fmt: skip
+    out = pq.read_table(tmp_path / "out")
+    assert out.schema.remove_metadata() == pa.schema(
+        [("id", pa.int64()), ("probability", pa.float64()), ("label", pa.int64())]
+    )
+    np.testing.assert_array_equal(out["id"].to_numpy(), frame["id"].to_numpy())
+    expected = model.predict_proba(X)[:, 1]
+    np.testing.assert_allclose(out["probability"].to_numpy(), expected, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(out["label"].to_numpy(), model.predict(X))
+    manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
+    assert manifest["rows"] == 3000
+    for entry in manifest["fragments"]:
+        data = (tmp_path / "out" / entry["output"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
+
+
+def test_row_groups_gather_batches_and_only_labels_are_dictionary_coded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of 500 rows gathered into row groups of 1,000 (the engine's own size is
+    1M rows); the unique id and the scores are written plainly, the label coded."""
+    monkeypatch.setattr(local, "ROW_GROUP_ROWS", 1000)
+    model, X = model_frame("lgb_clf", rows=2500)
+    write_input(X, tmp_path / "in", files=1)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    cm.implementation.batch_rows = 500
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", cm, keep=["id"], progress=False)
+    (path,) = (tmp_path / "out").glob("*.parquet")
+    meta = pq.ParquetFile(path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1000, 1000, 500]
+    group = meta.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings
+                 for i in range(group.num_columns)}  # fmt: skip
+    assert any("DICTIONARY" in e for e in encodings["label"])
+    assert not any("DICTIONARY" in e for e in encodings["id"] + encodings["probability"])
+
+
+def test_each_stage_s_busy_seconds_are_reported(tmp_path: Path) -> None:
+    model, X = model_frame("lgb_clf", rows=2000)
+    write_input(X, tmp_path / "in", files=2)
+    model.booster_.save_model(tmp_path / "model.txt")
+    said = runner.invoke(app, ["score", "--model", str(tmp_path / "model.txt"), "--input",
+                               str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                               "--backend", "tensor"])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    busy = next(line for line in said.stderr.splitlines() if line.startswith("busy"))
+    for stage in ("read", "prepare", "kernel", "outputs", "write"):
+        assert f" {stage} " in busy, busy
+
+
+def _fresh_thread_count() -> int:
+    """The torch thread count a thread started now sees (the process-wide value)."""
+    seen: list[int] = []
+    thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_side_by_side_tensor_calls_leave_the_process_thread_count_alone(tmp_path: Path) -> None:
+    """Each call runs on one torch thread; torch keeps a process-wide copy of that count,
+    read by compiled kernels, which must be what it was once the calls are done."""
+    model, X = model_frame("lgb_clf", rows=3000)
+    write_input(X, tmp_path / "in", files=3)
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="tree_traversal")
+    cm.implementation.batch_rows = 500
+    before = _fresh_thread_count()
+    calls: list[int] = []
+    score = cm.implementation.score
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(torch.get_num_threads())
+        return score(*args, **kwargs)
+
+    cm.implementation.score = noted  # type: ignore[method-assign]
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", cm, progress=False)
+    if local.cpu_threads() >= 2:  # side by side, so one thread each
+        assert cm.implementation.threads_per_call == 1
+    assert calls and _fresh_thread_count() == before
