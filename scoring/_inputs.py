@@ -28,7 +28,10 @@ from .errors import (
     NonNumericColumnError,
 )
 
-__all__ = ["Matrix", "prepare", "prepare_key", "feature_names", "named_columns", "select_columns"]
+__all__ = [
+    "Matrix", "prepare", "prepare_key", "feature_names", "model_columns", "named_columns",
+    "select_columns",
+]  # fmt: skip
 
 _AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -108,6 +111,21 @@ def select_columns(columns: Sequence[str], forest: Forest) -> list[int | str]:
         return list(named)
     _check_count(len(columns), forest)
     return list(range(len(columns)))
+
+
+def model_columns(X: Any, forest: Forest) -> Any:
+    """A frame or Arrow table cut to the model's features in the model's order, matched
+    by name as :func:`prepare` matches them (extra columns dropped, any order), for a
+    native predictor that would read it by position or refuse it; anything else as it is."""
+    if isinstance(X, (pa.Table, pa.RecordBatch)):
+        keys = select_columns(X.schema.names, forest)
+        return X.select(keys) if all(isinstance(k, str) for k in keys) else X
+    if isinstance(X, pd.DataFrame):
+        keys = select_columns([str(c) for c in X.columns], forest)
+        if all(isinstance(k, str) for k in keys):
+            by_name = {str(c): c for c in X.columns}
+            return X.loc[:, [by_name[str(k)] for k in keys]]
+    return X
 
 
 def named_columns(columns: Sequence[str], forest: Forest) -> list[str] | None:

@@ -28,7 +28,7 @@ from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
 from ._compiler import fused_pays
 from ._frameworks import dump_model, import_model, model_object
-from ._inputs import prepare
+from ._inputs import model_columns, prepare
 from ._ir import Forest
 from ._parity import as_frame, probe_rows
 from .errors import CompileError
@@ -100,7 +100,8 @@ class CompiledModel:
 
     def _input(self, X: Any, *, leaves: bool = False) -> Any:
         mat = prepare(X, self.forest, leaves=leaves)  # typed errors for what native refuses
-        return X if self.backend == "native" else mat
+        # The native predictor reads the user's own rows, matched by name as ours are.
+        return model_columns(X, self.forest) if self.backend == "native" else mat
 
     def predict(self, X: Any) -> np.ndarray:
         """What the native model's ``predict`` returns (class labels or values)."""

@@ -148,3 +148,23 @@ def test_the_default_registry_is_the_users_not_the_current_directorys(
     assert out.exit_code == 0 and "churn" in out.stdout
     assert (tmp_path / "data" / "scoring" / "registry.db").exists()
     assert not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())
+
+
+def test_a_sample_with_an_id_column_and_another_order_is_read_by_name(tmp_path: Path) -> None:
+    """The registration sample is read as a job reads its input: the model's features
+    by name, whatever else the file holds and in whatever order (XGBoost's native
+    predictor, which verification calls, refuses a frame with other columns)."""
+    import numpy as np
+    import pandas as pd
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(300, 4)), columns=["a", "b", "c", "d"])
+    xgb.XGBClassifier(n_estimators=3).fit(X, X["a"] > 0).save_model(tmp_path / "m.json")
+    X.insert(0, "id", np.arange(300))
+    X[["d", "c", "id", "b", "a"]].to_parquet(tmp_path / "sample.parquet")
+    out = runner.invoke(app, ["models", "register", str(tmp_path / "m.json"), "--name", "churn",
+                              "--sample", str(tmp_path / "sample.parquet"),
+                              "--registry", str(tmp_path / "reg")])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "verification on cpu: passed" in out.stderr

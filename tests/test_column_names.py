@@ -15,9 +15,10 @@ import xgboost as xgb
 
 import scoring
 from scoring._inputs import feature_names
+from scoring._parity import probe_rows
 from scoring.errors import MissingColumnError
 
-from .conftest import built
+from .conftest import RECIPES, as_model_input, built
 
 
 @pytest.mark.parametrize(("name", "prefix"), [("xgb_reg", "f"), ("lgb_reg", "Column_"),
@@ -66,3 +67,31 @@ def test_an_unnamed_model_refuses_other_names_instead_of_reading_by_position(
     # An in-memory frame is the caller's own, in view: read as the framework reads it.
     np.testing.assert_allclose(cm.predict_raw(pd.DataFrame(X, columns=names)),
                                native.predict_raw(X), rtol=1e-6, atol=1e-6)  # fmt: skip
+
+
+#: Every recipe trained on a named frame (category, text and Pipeline-encoded columns).
+NAMED = [name for name, recipe in RECIPES.items() if recipe.frame]
+
+
+@pytest.mark.parametrize("backend", ["tensor", "native", "auto"])
+@pytest.mark.parametrize("name", NAMED)
+def test_extra_and_reordered_columns_score_alike_on_every_backend_and_input_kind(
+    name: str, backend: str
+) -> None:
+    """One rule for every backend and input kind: by name, extra columns ignored, any
+    order; a missing one refused by name."""
+    model, forest, _ = built(name)
+    X = as_model_input(RECIPES[name], probe_rows(forest, n_rows=64, special=False), forest)
+    cm = scoring.compile(model, backend=backend, device="cpu")
+    methods = ["predict", "predict_raw"]
+    if forest.task in ("binary", "multiclass"):
+        methods.append("predict_proba")
+    expected = {m: np.asarray(getattr(cm, m)(X)) for m in methods}
+    shuffled = X[list(X.columns[::-1])].assign(row_id=np.arange(len(X)), note="extra")
+    for rows in (shuffled, pa.Table.from_pandas(shuffled, preserve_index=False)):
+        for method in methods:
+            np.testing.assert_array_equal(np.asarray(getattr(cm, method)(rows)), expected[method])
+    gone = str(X.columns[1])
+    for rows in (shuffled.drop(columns=gone), pa.Table.from_pandas(shuffled.drop(columns=gone))):
+        with pytest.raises(MissingColumnError, match=repr(gone)):
+            cm.predict(rows)
