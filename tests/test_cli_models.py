@@ -168,3 +168,15 @@ def test_a_sample_with_an_id_column_and_another_order_is_read_by_name(tmp_path: 
                               "--registry", str(tmp_path / "reg")])  # fmt: skip
     assert out.exit_code == 0, out.output
     assert "verification on cpu: passed" in out.stderr
+
+
+def test_version_and_the_exit_statuses_in_the_help() -> None:
+    from scoring import __version__
+
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.stdout.strip() == f"scoring {__version__}"
+    shown = " ".join(runner.invoke(app, ["--help"]).stdout.split())
+    for status in ("1 the command failed", "2 a usage error", "3 a job's deadline",
+                   "4 a job finished after", "5 a job's checks failed", "130 or 143"):  # fmt: skip
+        assert status in shown, status
+    assert "``" not in shown

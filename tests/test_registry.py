@@ -94,6 +94,27 @@ def test_unknown_names_and_aliases_are_typed(registry: scoring.Registry) -> None
         registry.set_alias("known", "12", 1)
 
 
+def test_a_near_miss_is_named_as_what_is_missing_with_the_nearest_name(
+    registry: scoring.Registry,
+) -> None:
+    """A typo in the model's name says the model does not exist (not that it has no
+    such alias) and names the nearest; a wrong alias or version says what there is."""
+    registry.register("churn", built("xgb_reg")[0])
+    registry.set_alias("churn", "production", 1)
+    with pytest.raises(ModelNotFoundError, match=r"no model named 'chrun'.*did you mean 'churn'"):
+        registry.get("chrun@production")
+    with pytest.raises(
+        ModelNotFoundError, match=r"no alias 'prodution'.*did you mean 'production'"
+    ):
+        registry.get("churn@prodution")
+    with pytest.raises(ModelNotFoundError, match=r"no alias 'nightly'.*holds: production"):
+        registry.get("churn@nightly")
+    with pytest.raises(ModelNotFoundError, match=r"no version 7 .*\(versions: 1\)"):
+        registry.get("churn@7")
+    with pytest.raises(ModelNotFoundError, match=r"no model named 'upsell'.*holds: churn"):
+        registry.versions("upsell")
+
+
 @pytest.mark.parametrize("name", ["xgb_multi", "xgb_booster_cat", "lgb_cat_frame", "sk_hgb_frame"])
 def test_parity_after_load(registry: scoring.Registry, name: str) -> None:
     model, forest, native = built(name)

@@ -8,6 +8,7 @@ register, and compiled models on load.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -314,7 +315,7 @@ class ModelStore:
                 .all()
             )
             if not numbers:
-                raise ModelNotFoundError(f"no model named {name!r} in the registry {self.uri}")
+                raise self._not_found(conn, name)
             return [self._load_version(conn, name, n) for n in numbers]
 
     def list(self) -> list[ModelVersion]:
@@ -361,7 +362,7 @@ class ModelStore:
                 sa.select(sa.func.max(db.versions.c.version)).where(db.versions.c.name == name)
             ).scalar()
             if found is None:
-                raise ModelNotFoundError(f"no model named {name!r} in the registry {self.uri}")
+                raise self._not_found(conn, name)
             return int(found)
         found = conn.execute(
             sa.select(db.aliases.c.version).where(
@@ -369,10 +370,30 @@ class ModelStore:
             )
         ).scalar()
         if found is None:
-            raise ModelNotFoundError(
-                f"model {name!r} has no alias {selector!r} in the registry {self.uri}"
-            )
+            raise self._not_found(conn, name, alias=selector)
         return int(found)
+
+    def _not_found(
+        self, conn: Any, name: str, *, alias: str | None = None, version: int | None = None
+    ) -> ModelNotFoundError:
+        """What is missing, named as such, with the nearest names the registry holds."""
+        names = list(conn.execute(sa.select(db.versions.c.name).distinct()).scalars())
+        if name not in names:
+            return ModelNotFoundError(
+                f"no model named {name!r} in the registry {self.uri}{_suggest(name, names)}"
+            )
+        if alias is not None:
+            held = conn.execute(sa.select(db.aliases.c.alias).where(db.aliases.c.name == name))
+            aliases = sorted(held.scalars())
+            return ModelNotFoundError(
+                f"model {name!r} has no alias {alias!r} in the registry {self.uri}"
+                f"{_suggest(alias, aliases)}"
+            )
+        held = conn.execute(sa.select(db.versions.c.version).where(db.versions.c.name == name))
+        versions = ", ".join(str(v) for v in sorted(held.scalars()))
+        return ModelNotFoundError(
+            f"model {name!r} has no version {version} in {self.uri} (versions: {versions})"
+        )
 
     def _version_id(self, conn: Any, name: str, version: int) -> int:
         vid = conn.execute(
@@ -381,7 +402,7 @@ class ModelStore:
             )
         ).scalar()
         if vid is None:
-            raise ModelNotFoundError(f"model {name!r} has no version {version} in {self.uri}")
+            raise self._not_found(conn, name, version=version)
         return int(vid)
 
     def _load_version(self, conn: Any, name: str, version: int) -> ModelVersion:
@@ -439,3 +460,11 @@ class ModelStore:
         key = self.store.key_for(row.sample_sha256, _filename(row.sample_path))
         data = self.store.get(key, sha256=row.sample_sha256)
         return sample_from_bytes(data, key)
+
+
+def _suggest(wanted: str, known: list[str]) -> str:
+    """``; did you mean 'x'?`` for a near name, else what there is (or nothing)."""
+    close = difflib.get_close_matches(wanted, known, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f" (it holds: {', '.join(sorted(known)[:10])})" if known else " (it holds none)"

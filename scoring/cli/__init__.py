@@ -1,7 +1,4 @@
-"""The ``scoring`` command line.  Exit 0 on success; otherwise a one-line reason on stderr
-(1: the command failed, 2: usage error; ``plan`` and ``run`` add 3: the deadline cannot
-be met, 4: finished after the deadline).  ``--debug`` (or ``SCORING_DEBUG=1``) shows the
-traceback of an unexpected error."""
+"""The ``scoring`` command line (its help, :data:`HELP`, lists the exit statuses)."""
 
 from __future__ import annotations
 
@@ -15,9 +12,19 @@ from ._models import models_app
 from ._runs import runs
 from ._score import score
 
-__all__ = ["app"]
+__all__ = ["HELP", "app"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+#: One line per paragraph: the help's renderer keeps line breaks as they are.
+HELP = (
+    "GPU batch scoring of tree ensembles.\n\n"
+    "Exit status: 0 success; otherwise a one-line reason on stderr and 1 the command "
+    "failed, 2 a usage error, 3 a job's deadline cannot be met (plan, run), 4 a job "
+    "finished after its deadline, 5 a job's checks failed (nothing published), 130 or 143 "
+    "stopped by Ctrl-C or SIGTERM.\n\n"
+    "--debug (or SCORING_DEBUG=1) shows the traceback of an unexpected error."
+)
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
 app.command()(score)
 app.command()(demo)
 app.command()(plan)
@@ -26,11 +33,22 @@ app.command()(runs)
 app.add_typer(models_app, name="models")
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        from .._version import __version__
+
+        print(f"scoring {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     debug: bool = typer.Option(False, "--debug", help="show the traceback of unexpected errors"),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
 ) -> None:
-    """GPU batch scoring of tree ensembles."""
+    """GPU batch scoring of tree ensembles (see :data:`HELP`)."""
     if debug:
         os.environ["SCORING_DEBUG"] = "1"
 
