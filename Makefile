@@ -39,14 +39,14 @@ demo: install
 	$(BIN)/scoring demo
 
 test: install
-	$(BIN)/ruff check scoring models tests benchmarks
+	$(BIN)/ruff check scoring tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check scoring models tests benchmarks
-	$(BIN)/ruff format --check scoring models tests benchmarks
+	$(BIN)/ruff check scoring tests benchmarks
+	$(BIN)/ruff format --check scoring tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

@@ -61,7 +61,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
-    from models import BENCHMARK_RECIPES
+    from scoring.recipes import BENCHMARK_RECIPES
 
     out = args.out or Path(__file__).parent / "results" / "compile_cache_cpu.md"
     lines = [f"# Compile cache for strategy fused ({date.today()})", "",

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 import scoring
-from models import BENCHMARK_RECIPES, make_data
 from scoring._bench import rows_per_second
 from scoring._parity import max_error
+from scoring.recipes import BENCHMARK_RECIPES, make_data
 
 STRATEGIES = ("gemm", "tree_traversal", "perfect_tree_traversal")
 TENSOR_STRATEGIES = (*STRATEGIES, "fused")

@@ -40,7 +40,7 @@ def machine() -> str:
 
 
 def prepare(work: Path, rows: int) -> tuple[Path, Path]:
-    from models import DEMO_RECIPE, make_data
+    from scoring.recipes import DEMO_RECIPE, make_data
 
     model_path = work / "model.ubj"
     if not model_path.exists():

@@ -59,7 +59,7 @@ def make_input(work: Path, rows: int) -> Path:
 def models(work: Path) -> dict[str, Any]:
     import xgboost as xgb
 
-    from models import DEMO_RECIPE
+    from scoring.recipes import DEMO_RECIPE
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(2000, FEATURES)).astype(np.float32)

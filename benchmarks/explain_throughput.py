@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 import scoring
-from models import EXPLAIN_RECIPES, Recipe, make_data
 from scoring._bench import rows_per_second
+from scoring.recipes import EXPLAIN_RECIPES, Recipe, make_data
 
 #: Rows timed per recipe: fewer for the larger models, whose native rate is lower.
 CASES = list(zip(EXPLAIN_RECIPES, (20_000, 4_000, 2_000), strict=True))

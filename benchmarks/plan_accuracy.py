@@ -36,7 +36,7 @@ def machine() -> str:
 
 
 def write_rows(root: Path, rows: int) -> None:
-    from models import DEMO_RECIPE, make_data
+    from scoring.recipes import DEMO_RECIPE, make_data
 
     root.mkdir(parents=True)
     for i, start in enumerate(range(0, rows, FILE_ROWS)):
@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import scoring
-    from models import DEMO_RECIPE
+    from scoring.recipes import DEMO_RECIPE
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

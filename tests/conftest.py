@@ -1,4 +1,4 @@
-"""Shared fixtures: every recipe in models.SMALL_RECIPES built once per session."""
+"""Shared fixtures: every recipe in scoring.recipes.SMALL_RECIPES built once per session."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models import SMALL_RECIPES, Recipe
 from scoring._backends.native import NativeBackend
 from scoring._frameworks import import_model, model_object
 from scoring._ir import Forest
 from scoring._parity import as_frame
+from scoring.recipes import SMALL_RECIPES, Recipe
 
 warnings.filterwarnings("ignore", category=UserWarning)
 # No background package builders (scoring/_compiler/packages.py) for every fused model

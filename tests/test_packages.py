@@ -128,3 +128,19 @@ def test_a_folder_others_can_write_to_is_never_loaded_from(
     assert default_store() is not None
     monkeypatch.setenv("SCORING_COMPILE_CACHE", "off")
     assert default_store() is None
+
+
+def test_the_wheel_holds_the_scoring_package_alone() -> None:
+    """Nothing but ``scoring`` goes into site-packages: a top-level ``models`` (the
+    recipes' old home) would shadow a user's own module of that name."""
+    import tomllib
+    from setuptools import find_packages
+
+    root = Path(__file__).parent.parent
+    found = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(root), include=found["packages"]["find"]["include"])
+    assert packages and all(p == "scoring" or p.startswith("scoring.") for p in packages)
+    assert "scoring.recipes" not in packages  # a module of the package, not a package
+    import scoring.recipes
+
+    assert scoring.recipes.DEMO_RECIPE.name == "xgb_500x8"

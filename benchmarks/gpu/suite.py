@@ -52,12 +52,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import scoring  # noqa: E402
-from models import EXPLAIN_RECIPES, GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
 from scoring._backends.hummingbird import HB_STRATEGIES  # noqa: E402
 from scoring._compiler import STRATEGIES  # noqa: E402
 from scoring._compiler.contributions import Contributions  # noqa: E402
 from scoring._parity import max_error, outputs_of, probe_frame, probe_rows  # noqa: E402
 from scoring.errors import ScoringError  # noqa: E402
+from scoring.recipes import EXPLAIN_RECIPES, GPU_RECIPES, SMALL_RECIPES, Recipe, make_data  # noqa: E402
 
 Builder = Callable[[], Any]
 #: pytest's summary lines, apart from the noise libraries print while shutting down.

@@ -1,4 +1,12 @@
-"""The recipes themselves (see the package docstring)."""
+"""Reference model recipes: the one list the demo, the tests and the benchmarks build from.
+
+A :class:`Recipe` names a framework, an estimator, a task and a size; ``build()`` makes
+reproducible training data for it (with NaN where the estimator accepts missing values,
+and integer-coded categorical columns where it has categorical features) and fits it.
+
+Kept inside the package (a top-level ``models`` package in site-packages would shadow a
+user's own ``models`` module); the product itself never imports it but for the demo.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+__all__ = [
+    "BENCHMARK_RECIPES",
+    "DEMO_RECIPE",
+    "EXPLAIN_RECIPES",
+    "GPU_RECIPES",
+    "SMALL_RECIPES",
+    "Recipe",
+    "make_data",
+]
 
 
 @dataclass(frozen=True)
