@@ -39,7 +39,7 @@ def demo(
 
 
 def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None:
-    from scoring.recipes import DEMO_RECIPE, make_data
+    from ..recipes import DEMO_RECIPE, make_data
 
     from .._catalog import Registry
     from .._registry import default_root
