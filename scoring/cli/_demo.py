@@ -39,11 +39,10 @@ def demo(
 
 
 def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None:
-    from ..recipes import DEMO_RECIPE, make_data
-
     from .._catalog import Registry
     from .._registry import default_root
     from ..jobs import JobSpec, run_job
+    from ..recipes import DEMO_RECIPE, make_data
 
     start = time.perf_counter()
     reg = Registry(registry)
