@@ -180,3 +180,23 @@ def test_version_and_the_exit_statuses_in_the_help() -> None:
                    "4 a job finished after", "5 a job's checks failed", "130 or 143"):  # fmt: skip
         assert status in shown, status
     assert "``" not in shown
+
+
+def test_models_list_as_json_and_a_piped_table_keeps_whole_values(
+    tmp_path: Path, model_file: Path
+) -> None:
+    registry = tmp_path / ("a-registry-whose-path-is-longer-than-a-terminal-" * 2)
+    name = "churn-model-of-the-retail-banking-team-scored-nightly"
+    assert runner.invoke(app, ["models", "register", str(model_file), "--name", name,
+                               "--registry", str(registry)]).exit_code == 0  # fmt: skip
+    assert runner.invoke(app, ["models", "alias", name, "production", "1",
+                               "--registry", str(registry)]).exit_code == 0  # fmt: skip
+    listed = runner.invoke(app, ["models", "list", "--json", "--registry", str(registry)])
+    assert listed.exit_code == 0, listed.output
+    (model,) = json.loads(listed.stdout)["models"]
+    assert model["name"] == name and model["latest"] == 1
+    assert model["aliases"] == {"production": 1} and model["framework"] == "lightgbm"
+    table = runner.invoke(app, ["models", "list", "--registry", str(registry)])  # not a tty
+    assert name in table.stdout and str(registry) in table.stdout
+    runs = runner.invoke(app, ["runs", "--registry", str(registry)])
+    assert runs.exit_code == 0 and str(registry) in runs.stdout

@@ -20,13 +20,20 @@ from ..errors import ConfigError, ScoringError
 
 __all__ = [
     "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION", "VERIFY_HELP", "debugging",
-    "RowsWritten", "Terminated", "fail", "key_values", "messages", "reported",
+    "RowsWritten", "Terminated", "fail", "key_values", "messages", "reported", "tables",
 ]  # fmt: skip
 
 #: What commands say on stderr (plans, summaries, report paths).  A line stays one line
 #: when stderr is a log, not a terminal: rich would wrap it at 80 columns, and a log
 #: reader (grep, Airflow's task log) then finds half a summary.
 messages = Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
+
+
+def tables() -> Console:
+    """Where a command prints its tables (stdout): a terminal's width on a terminal;
+    piped or in a log, wide enough that no value is cut to fit 80 columns."""
+    return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 10_000)
+
 
 VERIFY_HELP = "a rerun into a complete output checks its files' sha256, not only sizes"
 REGISTRY_OPTION = typer.Option(

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from .._catalog import Registry
@@ -20,6 +19,7 @@ from ._common import (
     key_values,
     messages,
     reported,
+    tables,
 )
 
 __all__ = ["models_app"]
@@ -71,12 +71,20 @@ def list_models(
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
     storage_option: list[str] = STORAGE_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="one JSON document, not a table"),
 ) -> None:
     """Every model with its latest version, aliases and verification."""
     with reported("models list"):
         reg = _registry("list", registry, registry_db, storage_option)
         latest = reg.list()
         aliases = {mv.name: _aliases(reg, mv.name) for mv in latest}
+    if as_json:
+        listed = [{"name": mv.name, "latest": mv.version, "aliases": aliases[mv.name],
+                   "framework": mv.schema.framework, "kind": mv.schema.model_kind,
+                   "verified": mv.verified, "created_at": mv.created_at.isoformat()}
+                  for mv in latest]  # fmt: skip
+        print(json.dumps({"registry": reg.uri, "models": listed}, indent=1))
+        return
     table = Table(title=f"models in {reg.uri}")
     for col in ("name", "latest", "aliases", "framework", "kind", "verified", "created"):
         table.add_column(col)
@@ -84,18 +92,17 @@ def list_models(
         table.add_row(
             mv.name,
             str(mv.version),
-            aliases[mv.name],
+            ", ".join(f"{a}->{v}" for a, v in aliases[mv.name].items()) or "-",
             mv.schema.framework,
             mv.schema.model_kind,
             "yes" if mv.verified else "NO",
             f"{mv.created_at:%Y-%m-%d %H:%M}",
         )
-    Console().print(table)
+    tables().print(table)
 
 
-def _aliases(reg: Registry, name: str) -> str:
-    pairs = [f"{a}->{mv.version}" for mv in reg.versions(name) for a in mv.aliases]
-    return ", ".join(pairs) or "-"
+def _aliases(reg: Registry, name: str) -> dict[str, int]:
+    return {a: mv.version for mv in reg.versions(name) for a in mv.aliases}
 
 
 @models_app.command()

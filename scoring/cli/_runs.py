@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._common import REGISTRY_DB_OPTION, REGISTRY_OPTION, STORAGE_OPTION, key_values, reported
+from ._common import (
+    REGISTRY_DB_OPTION,
+    REGISTRY_OPTION,
+    STORAGE_OPTION,
+    key_values,
+    reported,
+    tables,
+)
 
 __all__ = ["runs"]
 
@@ -49,7 +55,7 @@ def runs(
             f"{r.window_seconds:,.0f}" if r.window_seconds else "-",
             r.engine, r.device or "-", ", ".join(m.get("version", m["ref"]) for m in r.models),
         )  # fmt: skip
-    console = Console(soft_wrap=True)
+    console = tables()
     console.print(table)
     if projection is not None:
         console.print(describe_trend(projection), highlight=False)
