@@ -14,21 +14,26 @@ The stable surface (see DESIGN.md)::
     scoring.spark.register_udf(spark, "score_churn", "churn@production")
     scoring.ray.score_dataset(ds, "churn@production")
 
-``scoring.ray``, ``scoring.spark`` and ``scoring.jobs`` are imported on first use, so
-``import scoring`` does not pull in Ray or PySpark.
+Every name is imported on first use (``scoring.ray``, ``scoring.spark`` and
+``scoring.jobs`` too), so ``import scoring`` pulls in neither torch, the frameworks,
+Ray nor PySpark until they are needed.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from . import errors
-from ._bundle import Bundle
-from ._catalog import Registry
-from ._engines import ScoreReport, score_parquet
-from ._model import CompiledModel
-from ._model import compile_model as compile
-from ._registry import ModelVersion
 from ._version import __version__
 from .errors import ScoringError
+
+if _TYPE_CHECKING:  # what the names below are; imported on first use (module docstring)
+    from ._bundle import Bundle
+    from ._catalog import Registry
+    from ._engines import ScoreReport, score_parquet
+    from ._model import CompiledModel
+    from ._model import compile_model as compile
+    from ._registry import ModelVersion
 
 __all__ = [
     "Bundle",
@@ -43,13 +48,29 @@ __all__ = [
     "score_parquet",
 ]
 
-
-_LAZY = ("jobs", "ray", "spark")
+#: Public names and the module each comes from, imported on first use: torch and the
+#: frameworks load only when something that needs them is asked for (``scoring --help``
+#: and ``import scoring.errors`` stay fast).
+_NAMES = {
+    "Bundle": ("._bundle", "Bundle"),
+    "Registry": ("._catalog", "Registry"),
+    "ScoreReport": ("._engines", "ScoreReport"),
+    "score_parquet": ("._engines", "score_parquet"),
+    "CompiledModel": ("._model", "CompiledModel"),
+    "compile": ("._model", "compile_model"),
+    "ModelVersion": ("._registry", "ModelVersion"),
+}
+_LAZY = ("jobs", "ray", "spark", "recipes")
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY:  # imported here, on first use: see the module docstring
-        from importlib import import_module
+    from importlib import import_module
 
+    if name in _NAMES:
+        module, attr = _NAMES[name]
+        value = getattr(import_module(module, __name__), attr)
+        globals()[name] = value  # later lookups find it without coming here
+        return value
+    if name in _LAZY:  # imported here, on first use: see the module docstring
         return import_module(f".{name}", __name__)
     raise AttributeError(f"module 'scoring' has no attribute {name!r}")

@@ -29,18 +29,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._frameworks import (
-    dump_model,
-    framework_named,
-    import_model,
-    library_versions,
-    model_object,
-    restore_model,
-)
 from ._ir import Forest
 from .errors import IntegrityError, ModelFileError
 
 __all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "ModelSchema", "schema_of", "sha256_hex"]
+
+# The frameworks (and torch with them) are imported by the functions that need them, so
+# that reading the registry (``scoring models list``) loads neither.
 
 BUNDLE_FORMAT_VERSION = 1
 _MANIFEST = "manifest.json"
@@ -87,6 +82,8 @@ def _plain(values: Any) -> list[Any]:
 
 
 def schema_of(forest: Forest) -> ModelSchema:
+    from ._frameworks import library_versions
+
     names = forest.feature_names
     cats = {
         (names[i] if names else str(i)): _plain(labels) for i, labels in forest.categories.items()
@@ -133,6 +130,8 @@ class Bundle:
     def of(cls, model: Any, *, name: str | None = None, trusted: bool = False) -> Bundle:
         """An unregistered model (a fitted object or a model file) as version 0 of
         ``name`` (default: the model's kind), for engines that ship models to workers."""
+        from ._frameworks import dump_model, import_model, model_object
+
         model = model_object(model, trusted=trusted)
         forest = import_model(model)
         schema = schema_of(forest)
@@ -152,6 +151,8 @@ class Bundle:
 
     def restore(self, *, trusted: bool = False) -> tuple[Any, Forest]:
         """Verify the checksum, then the model object and its Forest."""
+        from ._frameworks import restore_model
+
         self.verify()
         schema = self.schema
         return restore_model(
@@ -198,6 +199,8 @@ class Bundle:
 def bundle_manifest(
     name: str, version: int, sha256: str, schema: ModelSchema, created_at: datetime
 ) -> dict[str, Any]:
+    from ._frameworks import framework_named
+
     return {
         "format": "scoring-bundle",
         "format_version": BUNDLE_FORMAT_VERSION,

@@ -200,3 +200,36 @@ def test_models_list_as_json_and_a_piped_table_keeps_whole_values(
     assert name in table.stdout and str(registry) in table.stdout
     runs = runner.invoke(app, ["runs", "--registry", str(registry)])
     assert runs.exit_code == 0 and str(registry) in runs.stdout
+
+
+#: A command run as ``scoring`` runs it, then the heavy modules it imported (stderr).
+_IMPORTS_OF = """
+import sys
+from scoring.cli import app
+sys.argv = ["scoring", *sys.argv[1:]]
+try:
+    app()
+except SystemExit:
+    pass
+print("HEAVY:" + ",".join(m for m in ("torch", "xgboost", "lightgbm", "sklearn", "ray",
+                                      "pyspark") if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("command", [["--help"], ["--version"], ["models", "list"], ["runs"]])
+def test_the_first_commands_import_neither_torch_nor_a_framework(
+    tmp_path: Path, model_file: Path, command: list[str]
+) -> None:
+    """What keeps them fast (timed in benchmarks/cli_startup.py, not here)."""
+    import subprocess
+    import sys
+
+    registry = ["--registry", str(tmp_path / "reg")] if command[0] in ("models", "runs") else []
+    if registry:
+        assert runner.invoke(app, ["models", "register", str(model_file), "--name", "churn",
+                                   *registry]).exit_code == 0  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_OF, *command, *registry],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    heavy = next(line for line in done.stderr.splitlines() if line.startswith("HEAVY:"))
+    assert heavy == "HEAVY:", (heavy, done.stderr[-2000:])
+    assert "churn" in done.stdout or not registry or command == ["runs"]

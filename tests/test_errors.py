@@ -32,8 +32,9 @@ PUBLIC = {
                      "describe_trend", "load_job", "make_plan", "run_job", "trend"},
 }  # fmt: skip
 #: What a user may import; every other module is ``_private`` (``scoring.cli`` is the
-#: command's entry point, ``scoring.cli:app``).
-PUBLIC_MODULES = {"errors", "jobs", "ray", "spark", "cli"}
+#: command's entry point, ``scoring.cli:app``; ``scoring.recipes`` the reference models
+#: the demo, tests and benchmarks build).
+PUBLIC_MODULES = {"errors", "jobs", "ray", "spark", "cli", "recipes"}
 
 
 @pytest.mark.parametrize("package", sorted(PUBLIC))

@@ -18,12 +18,12 @@ it never compiles (:class:`scoring.Registry` adds verification and loading).
 
 from __future__ import annotations
 
-from .runs import OUTCOMES, RunHistory, RunRecord
+from .runs import OUTCOMES, RunHistory, RunRecord, describe_trend, trend
 from .samples import read_sample
 from .schema import ModelVersion
 from .store import ModelStore, default_root, parse_ref, root_url
 
 __all__ = [
     "OUTCOMES", "ModelStore", "ModelVersion", "RunHistory", "RunRecord", "default_root",
-    "parse_ref", "read_sample", "root_url",
+    "describe_trend", "parse_ref", "read_sample", "root_url", "trend",
 ]  # fmt: skip

@@ -8,16 +8,21 @@ added later needs no migration.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
+import numpy as np
 import sqlalchemy as sa
 from pydantic import BaseModel, Field
 from sqlalchemy.engine import Engine
 
 from . import db
 
-__all__ = ["OUTCOMES", "RunHistory", "RunRecord"]
+__all__ = ["OUTCOMES", "RunHistory", "RunRecord", "describe_trend", "trend"]
+#: Fewer finished runs than this, or runs spanning less time, make no trend: a slope
+#: per day fitted over minutes of reruns is noise.
+MIN_TREND_RUNS = 3
+MIN_TREND_DAYS = 1.0
 
 Outcome = Literal["ok", "late", "failed", "refused"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "late", "failed", "refused")
@@ -87,3 +92,40 @@ class RunHistory:
 
 def _record(id_: int, text: str) -> RunRecord:
     return RunRecord.model_validate_json(text).model_copy(update={"id": id_})
+
+
+def trend(runs: list[RunRecord], *, window_seconds: float | None) -> dict[str, Any]:
+    """The durations of ``runs`` that scored (ok or late) against ``window_seconds``:
+    the fitted growth in seconds per day, and the date the fit reaches the window
+    (``None`` when it is not growing, or too few runs over too short a time)."""
+    finished = [r for r in runs if r.outcome in ("ok", "late")]
+    result: dict[str, Any] = {
+        "window_seconds": window_seconds, "seconds_per_day": None, "projected_miss": None,
+    }  # fmt: skip
+    if len(finished) < MIN_TREND_RUNS or not window_seconds:
+        return result
+    first = finished[0].started_at
+    days = np.array([(r.started_at - first).total_seconds() / 86_400 for r in finished])
+    seconds = np.array([r.seconds for r in finished])
+    if np.ptp(days) < MIN_TREND_DAYS:
+        return result
+    slope, intercept = np.polyfit(days, seconds, 1)
+    result["seconds_per_day"] = float(slope)
+    now = float(days[-1])
+    fitted_now = intercept + slope * now
+    if fitted_now >= window_seconds:
+        result["projected_miss"] = finished[-1].started_at.isoformat()  # already there
+    elif slope > 0:
+        left = (window_seconds - fitted_now) / slope
+        result["projected_miss"] = (finished[-1].started_at + timedelta(days=left)).isoformat()
+    return result
+
+
+def describe_trend(found: dict[str, Any]) -> str:
+    """:func:`trend`'s result in one line."""
+    if found["seconds_per_day"] is None:
+        return "trend: too few finished runs over at least a day, or no deadline"
+    line = f"trend: {found['seconds_per_day']:+,.1f} s/day"
+    miss = found["projected_miss"]
+    return line + (f"; at this pace the window is missed from {miss[:10]}" if miss else
+                   "; not growing")  # fmt: skip

@@ -21,7 +21,6 @@ import sqlalchemy as sa
 
 from .._bundle import Bundle, ModelSchema, bundle_manifest, sha256_hex
 from .._drift import Profile
-from .._frameworks import framework_named
 from .._parity import Verification
 from .._stores import configured, is_remote, store_config
 from ..errors import ConfigError, ModelNotFoundError, RegistryError, VerificationError
@@ -161,6 +160,8 @@ class ModelStore:
         ``name`` with what was verified about them and the ``reference`` profile of its
         sample (for drift); returns the new, immutable version."""
         _check_name(name, "model name")
+        from .._frameworks import framework_named  # on use: listing loads no framework
+
         artifact = self.store.put(data, framework_named(schema.framework).artifact)
         sample_path = sample_sha = None
         if sample is not None:
@@ -442,6 +443,8 @@ class ModelStore:
 
     def read(self, mv: ModelVersion) -> bytes:
         """The version's model bytes, refused unless they still have its sha256."""
+        from .._frameworks import framework_named
+
         key = self.store.key_for(mv.sha256, framework_named(mv.schema.framework).artifact)
         return self.store.get(key, sha256=mv.sha256)
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
 
 from ._common import REGISTRY_OPTION, messages, reported
+
+if TYPE_CHECKING:  # imported where the demo runs: ``--help`` loads none of them
+    import numpy as np
 
 __all__ = ["demo"]
 
@@ -39,6 +39,9 @@ def demo(
 
 
 def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None:
+    import numpy as np
+    import pandas as pd
+
     from .._catalog import Registry
     from .._registry import default_root
     from ..jobs import JobSpec, run_job
@@ -79,6 +82,10 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
 
 
 def _write_input(X: np.ndarray, path: Path) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     path.mkdir(parents=True)
     for i, rows in enumerate(np.array_split(np.arange(len(X)), FILES)):
         columns = {f"f{j}": X[rows, j] for j in range(X.shape[1])}
@@ -86,6 +93,9 @@ def _write_input(X: np.ndarray, path: Path) -> None:
 
 
 def _parity(output: Path, model: object, X: np.ndarray, *, rows: int = 50_000) -> float:
+    import numpy as np
+    import pyarrow.parquet as pq
+
     scored = pq.read_table(output, columns=["id", "probability"]).to_pandas()
     sample = scored.sort_values("id").head(rows)
     ref = model.predict_proba(X[sample["id"].to_numpy()])[:, 1]  # type: ignore[attr-defined]

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from .._catalog import Registry
-from .._parity import Verification
-from .._registry import ModelVersion
 from ._common import (
     REGISTRY_DB_OPTION,
     REGISTRY_OPTION,
@@ -21,6 +19,11 @@ from ._common import (
     reported,
     tables,
 )
+
+if TYPE_CHECKING:  # imported where a command runs: ``--help`` loads no torch
+    from .._catalog import Registry
+    from .._parity import Verification
+    from .._registry import ModelStore, ModelVersion
 
 __all__ = ["models_app"]
 
@@ -37,6 +40,8 @@ def _describe(mv: ModelVersion, check: Verification) -> str:
 
 
 def _registry(command: str, root: str | None, db_url: str | None, options: list[str]) -> Registry:
+    from .._catalog import Registry
+
     stores = key_values(options, command=f"models {command}", option="--storage-option")
     return Registry(root, db_url=db_url, storage_options=stores)
 
@@ -74,8 +79,11 @@ def list_models(
     as_json: bool = typer.Option(False, "--json", help="one JSON document, not a table"),
 ) -> None:
     """Every model with its latest version, aliases and verification."""
+    from .._registry import ModelStore  # the records alone: no framework, no torch
+
     with reported("models list"):
-        reg = _registry("list", registry, registry_db, storage_option)
+        stores = key_values(storage_option, command="models list", option="--storage-option")
+        reg = ModelStore(registry, db_url=registry_db, storage_options=stores)
         latest = reg.list()
         aliases = {mv.name: _aliases(reg, mv.name) for mv in latest}
     if as_json:
@@ -101,7 +109,7 @@ def list_models(
     tables().print(table)
 
 
-def _aliases(reg: Registry, name: str) -> dict[str, int]:
+def _aliases(reg: ModelStore, name: str) -> dict[str, int]:
     return {a: mv.version for mv in reg.versions(name) for a in mv.aliases}
 
 

@@ -29,8 +29,7 @@ def runs(
 ) -> None:
     """Every recorded run (ok, late, failed, refused), oldest first; with JOB, the trend
     of its durations against its window."""
-    from .._registry import ModelStore
-    from ..jobs import describe_trend, trend
+    from .._registry import ModelStore, describe_trend, trend
 
     stores = key_values(storage_option, command="runs", option="--storage-option")
     with reported("runs"):

@@ -5,12 +5,12 @@
 (:mod:`scoring.jobs._planner`), ``run_job`` plans, runs, watches the projected finish and
 writes ``_scoring_report.json`` / ``.html`` beside the output (:mod:`scoring.jobs._runner`),
 and records every run in the registry's history, whose trend against the window
-``trend`` fits (:mod:`scoring.jobs._history`).
+``trend`` fits (:mod:`scoring._registry.runs`).
 """
 
 from __future__ import annotations
 
-from ._history import describe_trend, trend
+from .._registry import describe_trend, trend
 from ._planner import Plan, make_plan
 from ._report import REPORT_HTML, REPORT_JSON
 from ._runner import (

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from datetime import datetime, timedelta, timezone
-from typing import Any
-
-import numpy as np
+from datetime import datetime, timezone
 
 from .._bundle import Bundle
 from .._dataset import InputDataset
@@ -24,16 +21,12 @@ from ._metrics import publish_metrics
 from ._planner import Plan
 from ._spec import JobSpec
 
-__all__ = ["HISTORY_RUNS", "Recorder", "describe_trend", "trend"]
+__all__ = ["HISTORY_RUNS", "Recorder"]
 
 log = logging.getLogger("scoring.jobs")
 
 #: Runs a report shows, and the trend is fitted on.
 HISTORY_RUNS = 30
-#: Fewer finished runs than this, or runs spanning less time, make no trend: a slope
-#: per day fitted over minutes of reruns is noise.
-MIN_TREND_RUNS = 3
-MIN_TREND_DAYS = 1.0
 
 
 class Recorder:
@@ -128,40 +121,3 @@ class Recorder:
         if "name" in manifest:
             found["version"] = f"{manifest['name']}@{manifest['version']}"
         return found
-
-
-def trend(runs: list[RunRecord], *, window_seconds: float | None) -> dict[str, Any]:
-    """The durations of ``runs`` that scored (ok or late) against ``window_seconds``:
-    the fitted growth in seconds per day, and the date the fit reaches the window
-    (``None`` when it is not growing, or too few runs over too short a time)."""
-    finished = [r for r in runs if r.outcome in ("ok", "late")]
-    result: dict[str, Any] = {
-        "window_seconds": window_seconds, "seconds_per_day": None, "projected_miss": None,
-    }  # fmt: skip
-    if len(finished) < MIN_TREND_RUNS or not window_seconds:
-        return result
-    first = finished[0].started_at
-    days = np.array([(r.started_at - first).total_seconds() / 86_400 for r in finished])
-    seconds = np.array([r.seconds for r in finished])
-    if np.ptp(days) < MIN_TREND_DAYS:
-        return result
-    slope, intercept = np.polyfit(days, seconds, 1)
-    result["seconds_per_day"] = float(slope)
-    now = float(days[-1])
-    fitted_now = intercept + slope * now
-    if fitted_now >= window_seconds:
-        result["projected_miss"] = finished[-1].started_at.isoformat()  # already there
-    elif slope > 0:
-        left = (window_seconds - fitted_now) / slope
-        result["projected_miss"] = (finished[-1].started_at + timedelta(days=left)).isoformat()
-    return result
-
-
-def describe_trend(found: dict[str, Any]) -> str:
-    """:func:`trend`'s result in one line."""
-    if found["seconds_per_day"] is None:
-        return "trend: too few finished runs over at least a day, or no deadline"
-    line = f"trend: {found['seconds_per_day']:+,.1f} s/day"
-    miss = found["projected_miss"]
-    return line + (f"; at this pace the window is missed from {miss[:10]}" if miss else
-                   "; not growing")  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
-from .._registry import RunRecord
+from .._registry import RunRecord, describe_trend, trend
 from .._stores import configured
 from ..errors import (
     CompileError,
@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ._checks import RunChecks
 from ._gpu import GpuSampler
-from ._history import Recorder, describe_trend, trend
+from ._history import Recorder
 from ._planner import Plan, plan_and_model
 from ._report import cpu_seconds, write_failure_report, write_report
 from ._spec import JobSpec
