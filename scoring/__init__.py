@@ -1,6 +1,6 @@
 """GPU batch scoring of tree ensembles.
 
-The stable surface (see DESIGN.md)::
+The stable surface::
 
     cm = scoring.compile(model, backend="auto", device="auto", strategy="auto")
     cm.predict(X); cm.predict_proba(X); cm.predict_raw(X)

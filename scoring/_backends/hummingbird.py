@@ -1,7 +1,7 @@
 """``backend="hummingbird"``: hummingbird-ml's compiler, verified against native.
 
-Hummingbird ignores missing-value rules, XGBoost's automatic base_score and more (see
-DESIGN.md), so a conversion is probed against the native predictor on generated rows
+Hummingbird ignores missing-value rules (NaN always goes right), XGBoost's automatic
+base_score and categorical splits, among others, so a conversion is probed against the native predictor on generated rows
 before it is handed out; a divergence raises :class:`ParityError` unless the caller
 passed ``verify=False``.
 """
