@@ -2,10 +2,12 @@
 
 A reader thread decodes record batches (pyarrow uses its own threads and releases the
 GIL), a pool scores them (torch and the native predictors release it too), and a writer
-thread encodes and writes Parquet.  The pool has one thread per CPU where the native
-predictor runs one-thread calls side by side (``Scorer.allow_parallel_calls``), else
-one.  Bounded queues between the stages keep memory flat however large the input, and
-the writer takes the scored batches in the order they were read, so rows keep file order.
+thread encodes and writes Parquet, gathering each file's batches into row groups of
+about 1M rows.  The pool has one thread per CPU where the backend runs one-thread calls
+side by side (``Scorer.allow_parallel_calls``: native, and tensor on CPU but for
+``fused``), else one.  Bounded queues between the stages keep memory flat however large
+the input, and the writer takes the scored batches in the order they were read, so rows
+keep file order.
 """
 
 from __future__ import annotations
