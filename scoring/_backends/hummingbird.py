@@ -1,9 +1,9 @@
 """``backend="hummingbird"``: hummingbird-ml's compiler, verified against native.
 
 Hummingbird ignores missing-value rules (NaN always goes right), XGBoost's automatic
-base_score and categorical splits, among others, so a conversion is probed against the native predictor on generated rows
-before it is handed out; a divergence raises :class:`ParityError` unless the caller
-passed ``verify=False``.
+base_score and categorical splits, among others, so a conversion is probed against the
+native predictor on generated rows before it is handed out; a divergence raises
+:class:`ParityError` unless the caller passed ``verify=False``.
 """
 
 from __future__ import annotations
