@@ -385,7 +385,9 @@ def test_drift_breaches_name_the_drifted_features_and_stop_before_publishing(
     assert "Checks: drift against the reference" in (out / "_scoring_report.html").read_text()
 
 
-def test_each_run_publishes_its_metrics_for_prometheus(tmp_path: Path, registry: Any) -> None:
+def test_each_run_publishes_its_metrics_for_prometheus(
+    tmp_path: Path, registry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """[metrics]: a node_exporter textfile, replaced by each run, and a Pushgateway
     (here a one-request HTTP server): rows, deadline margin, outcome, exit code."""
     import http.server
@@ -434,7 +436,11 @@ def test_each_run_publishes_its_metrics_for_prometheus(tmp_path: Path, registry:
     path.write_text(path.read_text().replace('deadline = "1h"', f'deadline = "{passed}"')
                     .replace(f"127.0.0.1:{server.server_port}", "127.0.0.1:1"))  # fmt: skip
     assert runner.invoke(app, ["run", str(path), "--no-progress"]).exit_code == 3
-    found = samples(textfile.read_text())  # replaced; the unreachable gateway only warned
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    # The unreachable gateway only warned, naming it.
+    assert any(w.startswith("could not publish the run's metrics to the Pushgateway "
+                            "127.0.0.1:1: ") for w in warned), warned  # fmt: skip
+    found = samples(textfile.read_text())  # replaced
     assert found["scoring_job_outcome[refused]"] == 1 and found["scoring_job_exit_code"] == 3
 
 

@@ -26,18 +26,22 @@ def publish_metrics(metrics: Metrics, record: RunRecord) -> None:
     """Write ``record`` where ``metrics`` says, if anywhere."""
     if metrics.textfile is None and metrics.pushgateway is None:
         return
+    target = "the metrics"
     try:
         registry = _gauges(record)
         import prometheus_client as prom
 
         if metrics.textfile is not None:
+            target = f"the textfile {metrics.textfile}"
             os.makedirs(os.path.dirname(os.path.abspath(metrics.textfile)), exist_ok=True)
             prom.write_to_textfile(metrics.textfile, registry)  # a temporary, then renamed
         if metrics.pushgateway is not None:
+            target = f"the Pushgateway {metrics.pushgateway}"
             prom.push_to_gateway(metrics.pushgateway, job=f"scoring_{record.job}",
                                  registry=registry)  # fmt: skip
     except Exception as exc:  # the run's outcome stands
-        log.warning("could not publish the run's metrics: %s", exc)
+        reason = " ".join(str(exc).split())
+        log.warning("could not publish the run's metrics to %s: %s", target, reason)
 
 
 def _gauges(record: RunRecord) -> Any:
