@@ -331,3 +331,31 @@ def test_a_zero_row_file_among_others_on_ray(
     from .test_schema_drift import test_a_zero_row_file_among_others_is_scored_as_zero_rows
 
     test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path, backend, engine="ray")
+
+
+#: A Ray job from a fresh process (its own local Ray instance), as a user starts one.
+_FRESH_RAY_JOB = """
+import sys
+import numpy as np, pandas as pd, xgboost as xgb, scoring
+X = pd.DataFrame(np.random.default_rng(0).normal(size=(2000, 4)), columns=list("abcd"))
+model = xgb.XGBClassifier(n_estimators=3).fit(X, X.a > 0)
+X.assign(id=range(2000)).to_parquet(sys.argv[1] + "/a.parquet")
+scoring.score_parquet(sys.argv[1], sys.argv[2], model, engine="ray", progress=False)
+print("scored")
+"""
+
+
+def test_ray_s_own_log_lines_stay_out_of_the_terminal(tmp_path: Path) -> None:
+    """Ray's C++ core worker logs an error-level line about actor arguments on every
+    job; the user sees only the product's output (``--debug`` keeps Ray's lines)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_BACKEND_LOG_LEVEL",)}
+    env["SCORING_DEBUG"] = "0"
+    done = subprocess.run([sys.executable, "-c", _FRESH_RAY_JOB, str(tmp_path / "in"),
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          timeout=280)  # fmt: skip
+    assert done.returncode == 0 and "scored" in done.stdout, done.stderr[-2000:]
+    assert "core_worker" not in done.stderr, done.stderr[-2000:]

@@ -76,6 +76,10 @@ def connect(address: str | None = None) -> None:
         # the job, and on a busy machine a niced actor pool starves (a cluster we join
         # keeps its own setting).
         os.environ.setdefault("RAY_worker_niceness", "0")
+        # Ray's own C++ log lines ("E ... core_worker.cc: ...") reach the user's terminal
+        # from this process; its failures reach us as exceptions anyway.  --debug keeps them.
+        if os.environ.get("SCORING_DEBUG", "") in ("", "0"):
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
         except ConnectionError as exc:
