@@ -175,10 +175,10 @@ class Committer:
     # -- before writing ------------------------------------------------------------
 
     def previous_manifest(self) -> dict[str, Any] | None:
-        path = f"{self.root}/{MANIFEST}"
-        if not self.fs.exists(f"{self.root}/{SUCCESS}") or not self.fs.exists(path):
+        """The manifest of a complete output (``_SUCCESS`` beside it), else None."""
+        if not self.fs.exists(f"{self.root}/{SUCCESS}"):
             return None
-        return dict(json.loads(self.fs.cat_file(path)))
+        return self._manifest()
 
     def check_target(self, fragments: list[Fragment]) -> bool:
         """True when the output already holds this exact job, complete; raise when the
@@ -203,7 +203,7 @@ class Committer:
             return False
         # Outputs an interrupted publish already moved into place are ours too, and so
         # are those of the run it was publishing over (its manifest names them).
-        ours = {e.output for e in self._entries()} | set(self._published_names())
+        ours = {e.output for e in self._entries()} | set(_published_names(self._manifest()))
         foreign = [
             p for p in self._listing()
             if not p.startswith((STAGING, "_", ".", *self.engine_files)) and p not in ours
@@ -219,9 +219,8 @@ class Committer:
         """Published files the manifest names that are gone, not of their recorded size
         or (``verify``) not of their recorded sha256: a ``_SUCCESS`` proves nothing about
         files deleted or rewritten after it."""
-        listed = manifest.get("files") or [f for f in manifest["fragments"] if "output" in f]
         return [
-            f["output"] for f in listed
+            f["output"] for f in _files(manifest)
             if not self._holds(f"{self.root}/{f['output']}", f, hashed=self.verify)
         ]  # fmt: skip
 
@@ -334,8 +333,9 @@ class Committer:
         entries = sorted(entries, key=lambda e: e.relpath)
         keep = {e.output for e in entries}
         staged = {e.output for e in entries if self.fs.exists(f"{self.staging}/{e.output}")}
-        old = self._published_names()
-        self._set_aside(staged | (set(old) - keep))
+        manifest = self._manifest()
+        old = _published_names(manifest)
+        self._set_aside(manifest, staged | (set(old) - keep))
         for name in sorted(set(old) - keep):
             self._remove(f"{self.root}/{name}")
             self._step("removed a file of the previous run")
@@ -357,10 +357,11 @@ class Committer:
         then ``_SUCCESS``."""
         self._forget_listings()
         self._begin()
-        old = set(self._published_names()) | {
+        manifest = self._manifest()
+        old = set(_published_names(manifest)) | {
             p[len(self.root) :].lstrip("/") for p in self.fs.glob(f"{self.root}/{prefix}*")
         }  # named by the manifest, or moved in by an interrupted publish
-        self._set_aside(old)
+        self._set_aside(manifest, old)
         for name in sorted(old):
             self._remove(f"{self.root}/{name}")
             self._step("removed a file of the previous run")
@@ -394,30 +395,20 @@ class Committer:
     def _step(self, done: str) -> None:
         """Called after each step of a publication (the fault tests stop it there)."""
 
-    def _published_names(self) -> list[str]:
-        """The files the output's manifest names (with or without ``_SUCCESS``), by the
-        name each has in the output: a file set aside under ``_previous/`` by its own."""
-        manifest = self._manifest()
-        if manifest is None:
-            return []
-        listed = manifest.get("files") or manifest.get("fragments", [])
-        names = [str(f["output"]) for f in listed if "output" in f]
-        return [n.removeprefix(f"{PREVIOUS}/") for n in names]
-
     def _manifest(self) -> dict[str, Any] | None:
+        """The output's manifest, with or without ``_SUCCESS`` beside it."""
         path = f"{self.root}/{MANIFEST}"
         return dict(json.loads(self.fs.cat_file(path))) if self.fs.exists(path) else None
 
-    def _set_aside(self, touched: set[str]) -> None:
-        """Before files of the output's manifest are replaced or removed (``touched``):
+    def _set_aside(self, manifest: dict[str, Any] | None, touched: set[str]) -> None:
+        """Before files of the output's ``manifest`` are replaced or removed (``touched``):
         ``_SUCCESS`` off, each kept under ``_previous/`` and the manifest pointed at
         those, so that it names a complete output at every step.  A manifest exists only
         once a publication finished, so it always named a complete output; one an
         interrupted publication already pointed there keeps its kept files."""
-        manifest = self._manifest()
         if manifest is None:
             return
-        listed = manifest.get("files") or manifest.get("fragments", [])
+        listed = _files(manifest)
         kept = any(str(f.get("output", "")).startswith(f"{PREVIOUS}/") for f in listed)
         if kept or manifest.get("job_key") != self.job_key:
             self.publication.phase = "replacing"  # a previous run is what readers see
@@ -473,6 +464,19 @@ class Committer:
         self.publication.phase = "published"
         self._step("marked the output complete")
         return manifest
+
+
+def _files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The output files a manifest records: an engine's own (``files``), else those of
+    the input fragments."""
+    return manifest.get("files") or [f for f in manifest.get("fragments", []) if "output" in f]
+
+
+def _published_names(manifest: dict[str, Any] | None) -> list[str]:
+    """The files ``manifest`` names, by the name each has in the output: a file set aside
+    under ``_previous/`` by its own."""
+    names = [str(f["output"]) for f in _files(manifest)] if manifest else []
+    return [n.removeprefix(f"{PREVIOUS}/") for n in names]
 
 
 def output_name(fragment: Fragment) -> str:

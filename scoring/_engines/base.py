@@ -217,11 +217,6 @@ class Run:
     def cast(self, table: pa.Table) -> pa.Table:
         return table.cast(self.schema) if table.schema != self.schema else table
 
-    @property
-    def keep(self) -> list[str]:
-        """The input columns each output file keeps beside the scores."""
-        return list(self.committer.job["keep"])
-
 
 def count_batch(
     monitor: Profile,

@@ -262,7 +262,7 @@ class _OutputFile:
         self.pending: list[pa.Table] = []  # scored batches gathered into one row group
         self.tmp, self.sink = run.committer.open(fragment)
         try:
-            coded = dictionary_columns(run.schema, run.keep)
+            coded = dictionary_columns(run.schema, run.scorer.keep)
             self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy",
                                            use_dictionary=coded)  # fmt: skip
         except BaseException:  # its first bytes could not be written
