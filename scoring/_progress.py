@@ -4,7 +4,8 @@ count (a model loading, a plan measuring, a cluster starting) a command shows a 
 (:func:`waiting`), which the run's bar replaces.
 
 Every update is also kept as a ``(seconds, rows)`` point, the timeline that reports
-plot against the deadline.
+plot against the deadline; :class:`StageClock` keeps each stage's busy seconds, which
+reports and the command's summary show.
 """
 
 from __future__ import annotations
