@@ -3,19 +3,24 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime
 TORCH_VERSION ?= 2.13.0
 # Where a CPU-only torch comes from when pip's own configuration has none (e.g.
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install runtime demo test lint bench clean
 
+# `runtime`: what the product itself needs (torch, then `pip install -e .`), all the
+# demo installs. `install`: that, the optional engines and stores, and the development
+# toolchain the tests need.
+runtime: $(RUNTIME)
 install: $(STAMP)
 
 # torch goes in first so that the packages depending on it find it satisfied and pull
 # nothing more. No NVIDIA GPU: the CPU build (the local wheel directory pip is configured
 # with, or $(TORCH_CPU_INDEX)). An NVIDIA GPU: PyPI's default Linux build, which is CUDA.
-$(STAMP): pyproject.toml Makefile
+$(RUNTIME): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		echo "NVIDIA GPU found: installing the CUDA build of torch $(TORCH_VERSION)"; \
@@ -25,6 +30,10 @@ $(STAMP): pyproject.toml Makefile
 		$(BIN)/pip install "torch==$(TORCH_VERSION)" \
 			$(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX)); \
 	fi
+	$(BIN)/pip install -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/pip install -e '.[dev,ray,spark,catboost,postgres,s3,metrics]'
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ]; then \
@@ -35,7 +44,7 @@ $(STAMP): pyproject.toml Makefile
 	else echo "Java $$v found: the Spark engine can run"; fi
 	touch $(STAMP)
 
-demo: install
+demo: runtime
 	$(BIN)/scoring demo
 
 test: install

@@ -9,6 +9,7 @@ round runs every measurement once, in the same order; the best of the rounds is 
 Each job's busy seconds per stage come from its report.
 
     python benchmarks/e2e_pipeline.py [--rows 4000000] [--rounds 3] [--big-rows 1000000]
+        [--files-at-once N]
 """
 
 from __future__ import annotations
@@ -109,8 +110,15 @@ def main() -> None:
         default="scoring",
         help="the module imported before any other (import order check)",
     )
+    parser.add_argument(
+        "--files-at-once",
+        type=int,
+        default=None,
+        help="the engine option files_at_once (default: one per 4 CPUs)",
+    )
     args = parser.parse_args()
     importlib.import_module(args.import_first)
+    options = {} if args.files_at_once is None else {"files_at_once": args.files_at_once}
 
     import scoring
 
@@ -138,7 +146,7 @@ def main() -> None:
                 out = work / "job-out"
                 shutil.rmtree(out, ignore_errors=True)
                 seconds, report = timed(lambda cm=cm, d=data, o=out: scoring.score_parquet(
-                    d, o, cm, keep=["id"], progress=False))  # fmt: skip
+                    d, o, cm, keep=["id"], progress=False, engine_options=options))  # fmt: skip
                 key = f"{name}|{backend}"
                 if seconds < best.get(key, float("inf")):
                     best[key], stages[key] = seconds, dict(report.stages)
@@ -157,7 +165,7 @@ def write_results(args: Any, inputs: dict[str, Path], best: dict[str, float],
              f"Machine: {machine()}. Load average (1 min) at each round's start: "
              f"{', '.join(f'{x:.2f}' for x in loads)}. Best of {args.rounds} rounds, every "
              "measurement once per round in alternation. Imported first: "
-             f"`{args.import_first}`.", "",
+             f"`{args.import_first}`. Files at once: {args.files_at_once or 'default'}.", "",
              "| model | rows | run | seconds | rows/s | vs IO alone | stages (busy s) |",
              "|---|---:|---|---:|---:|---:|---|"]  # fmt: skip
     for name, data in inputs.items():

@@ -23,6 +23,7 @@ import scoring
 from scoring._engines import local
 from scoring._inputs import _arrow_floats, prepare
 from scoring.cli import app
+from scoring.errors import ConfigError
 
 from .conftest import built
 from .test_score_parquet import model_frame, write_input
@@ -144,3 +145,74 @@ def test_side_by_side_tensor_calls_leave_the_process_thread_count_alone(tmp_path
     if local.cpu_threads() >= 2:  # side by side, so one thread each
         assert cm.implementation.threads_per_call == 1
     assert calls and _fresh_thread_count() == before
+
+
+def _scored_files(out: Path) -> dict[str, str]:
+    """Each output file's sha256, and the manifest's file records in their order."""
+    manifest = json.loads((out / "_scoring_manifest.json").read_text())
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*.parquet")}
+    records = [(e["relpath"], e["output"], e["rows"], e["sha256"]) for e in manifest["fragments"]]
+    return {"files": json.dumps(files, sort_keys=True), "records": json.dumps(records)}
+
+
+@pytest.mark.parametrize("lanes", [2, 3, 5])
+def test_files_at_once_write_the_files_one_at_a_time_writes(tmp_path: Path, lanes: int) -> None:
+    """Several files in flight (their batches interleaved in one scoring pool) give the
+    same bytes in every output file and the same manifest, in input order."""
+    model, X = model_frame("lgb_clf", rows=4000)
+    write_input(X, tmp_path / "in", files=5)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    cm.implementation.batch_rows = 300  # several batches per file, from several files at once
+    scored = {}
+    for at_once in (1, lanes):
+        out = tmp_path / f"out-{at_once}"
+        scoring.score_parquet(tmp_path / "in", out, cm, keep=["id"], progress=False,
+                              engine_options={"files_at_once": at_once})  # fmt: skip
+        scored[at_once] = _scored_files(out)
+    assert scored[lanes] == scored[1]
+
+
+def test_a_file_failing_among_others_in_flight_stops_them_and_a_rerun_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One lane fails mid-file: the others stop, nothing is published, the files already
+    journaled stay journaled, and the rerun scores only the rest."""
+    model, X = model_frame("lgb_clf", rows=6000)
+    frame = write_input(X, tmp_path / "in", files=6)
+    cm = scoring.compile(model, backend="native")
+    write = local._OutputFile.write
+    broken = threading.Event()
+
+    def failing(self: Any, table: pa.Table, counts: Any = None) -> None:
+        if self.fragment.relpath == "part-4.parquet" and not broken.is_set():
+            broken.set()
+            raise OSError(28, "No space left on device", "part-4.parquet")
+        write(self, table, counts)
+
+    monkeypatch.setattr(local._OutputFile, "write", failing)
+    with pytest.raises(OSError, match="No space left"):
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", cm, keep=["id"],
+                              progress=False, engine_options={"files_at_once": 3})  # fmt: skip
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    journaled = len(list((tmp_path / "out" / "_temporary" / "_journal").glob("*.json")))
+    assert journaled < 6
+    report = scoring.score_parquet(tmp_path / "in", tmp_path / "out", cm, keep=["id"],
+                                   progress=False, engine_options={"files_at_once": 3})  # fmt: skip
+    assert report.rows == 6000 - journaled * 1000 and report.rows_skipped == journaled * 1000
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_numpy()
+    assert ids.tolist() == frame["id"].tolist()
+
+
+@pytest.mark.parametrize("given", [0, -1, "two", 1.5, True])
+def test_files_at_once_is_a_positive_count(tmp_path: Path, given: Any) -> None:
+    model, X = model_frame("lgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=1)
+    with pytest.raises(ConfigError, match="files_at_once") as refused:
+        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, progress=False,
+                              engine_options={"files_at_once": given})  # fmt: skip
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_lanes_follow_the_cpus() -> None:
+    assert [local.file_lanes(n) for n in (1, 2, 4, 8, 16, 64)] == [1, 1, 1, 2, 4, 4]

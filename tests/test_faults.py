@@ -267,8 +267,8 @@ JOINING_COMMAND = (
 import scoring
 
 dispatched, dispatch = threading.Event(), local._Pipeline._dispatch
-def dispatching(self, pool):
-    dispatch(self, pool)
+def dispatching(self, lane, *, pool):
+    dispatch(self, lane, pool=pool)
     dispatched.set()
 def held(self, *args, **kwargs):
     dispatched.wait()

@@ -225,7 +225,7 @@ def load_job_text(**values: Any) -> Any:
                                    **values})  # fmt: skip
 
 
-def test_impossible_deadline_exits_3_quickly_and_writes_nothing(
+def test_impossible_deadline_exits_3_quickly_and_writes_only_its_report(
     tmp_path: Path, registry: Any
 ) -> None:
     write_rows(tmp_path / "in", 400_000)
@@ -234,7 +234,19 @@ def test_impossible_deadline_exits_3_quickly_and_writes_nothing(
     result = runner.invoke(app, ["run", str(path)])
     assert result.exit_code == 3, result.output
     assert "NOT feasible" in result.output and "needs" in result.output
-    assert not (tmp_path / "out").exists()
+    refusal = result.stderr.strip().splitlines()[-1]
+    assert refusal.startswith("scoring run: refused:") and "_scoring_report.html" in refusal
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "_scoring_report.html", "_scoring_report.json"
+    ]  # fmt: skip
+    report = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    assert report["status"] == "refused" and "DeadlineError" in report["error"]
+    assert "REFUSED" in (tmp_path / "out" / "_scoring_report.html").read_text()
+    runs = runner.invoke(app, ["runs", "--registry", str(registry.uri), "--json"])
+    assert runs.exit_code == 0, runs.output
+    listed = json.loads(runs.stdout)["runs"]
+    recorded = [r for r in listed if r["output"] == str(tmp_path / "out")]
+    assert [(r["outcome"], r["exit_code"]) for r in recorded] == [("refused", 3)]
     planned = runner.invoke(app, ["plan", str(path)])
     assert planned.exit_code == 3 and "rows: 400,000" in planned.output
 
@@ -250,6 +262,59 @@ def test_plan_counts_rows_and_measures_once_per_model(tmp_path: Path, registry: 
     assert plan.rows_per_second > 0 and plan.estimated_seconds > plan.compile_seconds
     again = make_plan(spec)  # measured once per model version and device type
     assert again.cached and again.rows_per_second == plan.rows_per_second
+
+
+def test_plan_measurements_are_keyed_by_the_backend_that_will_run(
+    tmp_path: Path, registry: Any
+) -> None:
+    """A rate measured for one backend never stands for another (a cached tensor rate
+    once stood for the native run ``auto`` picked the second time)."""
+    write_rows(tmp_path / "in", 20_000)
+    (Path(registry.uri) / "cache" / "throughput.json").unlink(missing_ok=True)
+    plans = {}
+    for backend in ("native", "tensor", "native"):
+        spec = load_job(job_file(tmp_path, registry, deadline="30m", backend=backend))
+        plans.setdefault(backend, []).append(make_plan(spec))
+    assert [p.cached for p in plans["native"]] == [False, True]
+    assert not plans["tensor"][0].cached
+    keys = json.loads((Path(registry.uri) / "cache" / "throughput.json").read_text())
+    picked = {key.split("|")[2] for key in keys}
+    assert picked == {"native", "tensor"} and all(len(key.split("|")) == 5 for key in keys)
+
+
+def test_a_compile_spent_while_planning_counts_once_in_the_window(
+    tmp_path: Path, registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first compile of 100 s (on a virtual clock) inside a 3-minute window: counted in
+    the estimate, not also taken off the time left (the demo's first run was refused so)."""
+    from scoring.jobs import _planner
+
+    write_rows(tmp_path / "in", 20_000)
+    spent = [0.0]
+    real_now, real_counter, resolve = (
+        datetime.now,
+        _planner.time.perf_counter,
+        _planner.resolve_model,
+    )
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return real_now(tz) + timedelta(seconds=spent[0])
+
+    def slow_compile(*args: Any, **kwargs: Any) -> Any:
+        source = resolve(*args, **kwargs)
+        spent[0] += 100.0
+        return source
+
+    monkeypatch.setattr(_planner, "datetime", Clock)
+    monkeypatch.setattr(_planner, "time", type("T", (), {
+        "perf_counter": staticmethod(lambda: real_counter() + spent[0])}))  # fmt: skip
+    monkeypatch.setattr(_planner, "resolve_model", slow_compile)
+    plan = make_plan(load_job(job_file(tmp_path, registry, deadline="3m")))
+    assert plan.compile_seconds >= 100
+    assert plan.available_seconds is not None and plan.available_seconds > 170
+    assert plan.feasible and plan.estimated_seconds < plan.available_seconds
 
 
 def test_run_writes_reports_and_exit_4_when_late(
@@ -533,3 +598,16 @@ def test_a_run_failing_mid_way_reports_what_a_rerun_will_skip(
     assert again.report.rows_skipped == data["rows_done"]
     assert again.report.rows == 8_000 - data["rows_done"]
     assert json.loads((tmp_path / "out" / "_scoring_report.json").read_text())["rows"] > 0
+
+
+def test_a_deadline_warning_is_resolved_only_by_a_run_that_met_its_deadline() -> None:
+    from scoring.jobs._report import DEADLINE_WARNING, _warnings
+
+    early = f"{DEADLINE_WARNING}: projected finish 02:10, deadline 02:00 (1 of 9 rows done)"
+    other = "metrics not published: the Pushgateway at 127.0.0.1:9 refused the connection"
+    assert _warnings([early, other], met_deadline=True) == {
+        "warnings": [other], "resolved_warnings": [early]
+    }  # fmt: skip
+    assert _warnings([early, other], met_deadline=False) == {
+        "warnings": [early, other], "resolved_warnings": []
+    }  # fmt: skip

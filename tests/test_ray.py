@@ -93,6 +93,23 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     assert all(sum(bins) == 4000 for bins in local.drift_counts.values())
 
 
+def test_an_actor_with_two_files_at_once_writes_what_the_local_engine_writes(
+    tmp_path: Path, ray_session: Any
+) -> None:
+    """The actor's one pipeline, fed file after file, two in flight: the same bytes in
+    every output file as the local engine, every file once."""
+    model, X = model_frame("lgb_clf", rows=6000)
+    write_input(X, tmp_path / "in", files=6)
+    outputs = {}
+    for engine in ("local", "ray"):
+        result = scoring.score_parquet(tmp_path / "in", tmp_path / engine, model, engine=engine,
+                                       keep=["id"], backend="native", progress=False,
+                                       engine_options={"files_at_once": 2})  # fmt: skip
+        assert result.rows == 6000
+        outputs[engine] = {p.name: p.read_bytes() for p in (tmp_path / engine).glob("*.parquet")}
+    assert len(outputs["ray"]) == 6 and outputs["ray"] == outputs["local"]
+
+
 def test_registered_model_through_the_cli(tmp_path: Path, ray_session: Any) -> None:
     from typer.testing import CliRunner
 
@@ -359,3 +376,4 @@ def test_ray_s_own_log_lines_stay_out_of_the_terminal(tmp_path: Path) -> None:
                           timeout=280)  # fmt: skip
     assert done.returncode == 0 and "scored" in done.stdout, done.stderr[-2000:]
     assert "core_worker" not in done.stderr, done.stderr[-2000:]
+    assert "(raylet)" not in done.stderr, done.stderr[-2000:]  # the daemons' lines too

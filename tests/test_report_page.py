@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ import xgboost as xgb
 
 import scoring
 from scoring.jobs import load_job, run_job
+from scoring.jobs._report import DEADLINE_WARNING
+from scoring.jobs._report_html import render_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -57,17 +60,22 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
             **dict(zip(names, Z.T, strict=True)),
         }
         pq.write_table(pa.table(columns), root / "in" / f"part-{i}.parquet")
-    for run, model_ref in [("a", "churn@1"), ("b", "churn@1"), ("failed", "churn@2")]:
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    runs = [("a", "churn@1", "30m", 0.2), ("refused", "churn@1", passed, 0.2),
+            ("b", "churn@1", "30m", 0.2), ("failed", "churn@2", "30m", 0.2),
+            ("clean", "churn@1", "30m", 100.0)]  # fmt: skip
+    for run, model_ref, deadline, psi in runs:
         job = root / f"{run}.toml"
+        name = "nightly" if run != "clean" else "clean"
         job.write_text(
-            f'name = "nightly"\nmodel = "{model_ref}"\nregistry = "registry"\ninput = "in"\n'
-            f'output = "out-{run}"\ndeadline = "30m"\nkeep = ["id"]\n'
-            "[checks]\nmax_psi = 0.2\nmin_rows = 1000\n"
+            f'name = "{name}"\nmodel = "{model_ref}"\nregistry = "registry"\ninput = "in"\n'
+            f'output = "out-{run}"\ndeadline = "{deadline}"\nkeep = ["id"]\n'
+            f"[checks]\nmax_psi = {psi}\nmin_rows = 1000\n"
         )
         try:
             run_job(load_job(job), progress=False)
         except scoring.errors.ScoringError:
-            assert run == "failed"
+            assert run in ("failed", "refused")
     return root
 
 
@@ -80,7 +88,17 @@ def test_the_report_renders_with_its_key_numbers(reports: Path) -> None:
     assert "rows out = rows in" in dom and "churn@1" in dom
     assert "feature 'f2' drifted" in dom  # the breached check, on the page and in the JSON
     assert data["checks"]["breaches"] and "f2" in data["checks"]["breaches"][0]
-    assert "History against the window" in dom and "2 run(s) recorded" in dom
+    assert "History against the window" in dom and "3 run(s) recorded" in dom
+    for outcome in ("run ok", "run refused", "window"):  # every bar's colour in the legend
+        assert f">{outcome}</text>" in dom, outcome
+    assert "every check passed" not in dom and 'class="note"' in dom  # a breach: amber
+    # Times to the second; the score histogram's axis in score values, not bin numbers.
+    started = re.search(r"<th>started</th><td>([^<]+)</td>", dom)
+    assert started and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", started[1])
+    assert not re.search(r"T\d\d:\d\d:\d\d\.\d", dom)
+    edges = data["checks"]["histograms"][0]["edges"]
+    assert f">{edges[0]:.3g}</text>" in dom and ">null</text>" in dom
+    assert "bin (reference deciles" not in dom
     assert len(re.findall(r"<svg", dom)) >= 3  # timeline, score histogram, history
     assert "Files (3)" in dom and "part-2.parquet" in dom
     assert "Workers" not in dom  # one local worker: no per-worker section
@@ -100,3 +118,29 @@ def test_a_failed_run_renders_what_a_rerun_does(reports: Path) -> None:
     dom = _chromium("--dump-dom", page.as_uri())
     assert "FAILED: nothing was published" in dom
     assert "has no version 2" in dom and "a rerun fails the same way" in dom
+
+
+def test_passed_checks_and_resolved_warnings_read_as_such(reports: Path) -> None:
+    """A run whose checks all passed shows them in the success style; a deadline warning
+    from early in a run that then met its deadline is shown resolved, not as a warning."""
+    page = reports / "out-clean" / "_scoring_report.html"
+    dom = _chromium("--dump-dom", page.as_uri())
+    assert re.search(r"<ul class=\"pass\"><li>every check passed</li></ul>", dom), dom[-3000:]
+    data = json.loads((reports / "out-clean" / "_scoring_report.json").read_text())
+    early = f"{DEADLINE_WARNING}: projected finish 2026-11-25T01:50:00+00:00"
+    data["resolved_warnings"] = [early]
+    (reports / "resolved.html").write_text(render_html(data))
+    dom = _chromium("--dump-dom", (reports / "resolved.html").as_uri())
+    assert re.search(r"<li class=\"resolved\"><code>job will miss its deadline[^<]*</code> "
+                     r"resolved: the run met its deadline</li>", dom)  # fmt: skip
+    shot = reports / "resolved.png"
+    _chromium(f"--screenshot={shot}", "--window-size=1280,3000",
+              (reports / "resolved.html").as_uri())  # fmt: skip
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_refused_run_renders_why_and_what_a_rerun_does(reports: Path) -> None:
+    dom = _chromium("--dump-dom", (reports / "out-refused" / "_scoring_report.html").as_uri())
+    assert "REFUSED: the plan misses the deadline; nothing was scored" in dom
+    assert "NOT feasible" in dom and "a rerun is planned again" in dom
+    assert not list((reports / "out-refused").glob("*.parquet"))

@@ -482,6 +482,8 @@ def test_bad_input_fails_with_one_line_and_publishes_nothing(tmp_path: Path, pro
     expected = {"missing": "'feat_3'", "text": "'feat_2'", "corrupt": "part-1.parquet",
                 "empty": "no rows", "alias": "'gone'", "keep": "nope"}[problem]  # fmt: skip
     assert expected in message
+    if problem in ("missing", "text"):  # named as registered, not by its framework class
+        assert "model 'm@1' (LGBMClassifier)" in message, message
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
 
 

@@ -8,6 +8,14 @@ side by side (``Scorer.allow_parallel_calls``: native, and tensor on CPU but for
 ``fused``), else one.  Bounded queues between the stages keep memory flat however large
 the input, and the writer takes the scored batches in the order they were read, so rows
 keep file order.
+
+On a host with more CPUs than those stages keep busy (a GPU host of 16 cores decodes and
+encodes on about two), several files go through at once: each *lane* is a reader and a
+writer of its own, one file at a time, and every lane's batches share the scoring pool.
+Outputs stay one per input file and each file is journaled as it closes, so resume is
+unchanged; memory grows with the lanes, not with the input.  A Ray actor keeps one
+pipeline for its lifetime and feeds it its files as they come (:class:`FileFeed`), so
+one file's last batches and write overlap the next one's first reads.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -31,14 +40,20 @@ from .._drift import Counts, merge
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
+from ..errors import ConfigError
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
 
 __all__ = [
-    "ENGINE", "LocalEngine", "StageClock", "cpu_threads", "parallel_calls", "run_local",
+    "ENGINE", "FileFeed", "LocalEngine", "LocalOptions", "StageClock", "cpu_threads",
+    "file_lanes", "parallel_calls", "run_local",
 ]  # fmt: skip
 
 QUEUE_DEPTH = 3
-MAX_SCORE_THREADS = 32  # past this the single reader thread sets the pace anyway
+MAX_SCORE_THREADS = 32  # past this the lanes' readers set the pace anyway
+#: CPUs per lane (its reader and writer, and about two scoring), and the most lanes: past
+#: four, files in flight cost memory for no gain on the hosts measured.
+LANE_CPUS = 4
+MAX_LANES = 4
 _END = object()  # marks the end of a fragment's batches
 
 
@@ -91,35 +106,111 @@ def parallel_calls(scorer: Scorer | SetScorer) -> int:
     return scorer.allow_parallel_calls(min(cpu_threads(), MAX_SCORE_THREADS))
 
 
-def run_local(run: Run, *, progress: RunProgress, clock: StageClock | None = None) -> list[Entry]:
-    """Score every fragment still to do; returns their journal entries (``clock``: the
-    busy seconds of each stage are added to it)."""
-    return _Pipeline(run, progress, clock or StageClock()).run()
+def file_lanes(threads: int | None = None) -> int:
+    """Files read and written at once by a process that may use ``threads`` CPUs (by
+    default :func:`cpu_threads`): one lane per ``LANE_CPUS``, at least one."""
+    return max(1, min(MAX_LANES, (threads or cpu_threads()) // LANE_CPUS))
+
+
+class _Files:
+    """A fixed list of fragments, taken one at a time by the lanes' readers."""
+
+    def __init__(self, fragments: list[Fragment]):
+        self.items = iter(fragments)
+        self.lock = threading.Lock()
+
+    def take(self, failed: threading.Event) -> Fragment | None:
+        with self.lock:
+            return next(self.items, None)
+
+
+class FileFeed:
+    """Fragments handed to a running pipeline as they come (a Ray actor's files); a
+    reader waits for the next one until :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[Fragment | None] = queue.Queue()
+
+    def put(self, fragment: Fragment) -> None:
+        self.q.put(fragment)
+
+    def close(self) -> None:
+        self.q.put(None)
+
+    def take(self, failed: threading.Event) -> Fragment | None:
+        while not failed.is_set():
+            try:
+                fragment = self.q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if fragment is None:
+                self.q.put(None)  # every lane's reader sees the end
+            return fragment
+        raise _Stopped
+
+
+def run_local(
+    run: Run,
+    *,
+    progress: RunProgress,
+    clock: StageClock | None = None,
+    lanes: int = 1,
+    feed: FileFeed | None = None,
+    on_entry: Callable[[Entry], None] | None = None,
+) -> list[Entry]:
+    """Score every fragment still to do (or those ``feed`` hands in until it is closed),
+    ``lanes`` files at once; returns their journal entries as the files closed (the
+    manifest orders them).  ``clock``: the busy seconds of each stage are added to it;
+    ``on_entry``: called with each file's entry once it is journaled."""
+    files = feed or _Files(run.todo)
+    return _Pipeline(
+        run, progress, clock or StageClock(), lanes=lanes, files=files, on_entry=on_entry
+    ).run()
+
+
+class _Lane:
+    """One file at a time from reading to writing: the queues between its stages."""
+
+    def __init__(self, failed: threading.Event, *, calls: int):
+        self.read_q = _Pipe(failed)
+        # Every batch in the pool has its future queued for the writer: room for all.
+        self.write_q = _Pipe(failed, depth=QUEUE_DEPTH + calls)
 
 
 class _Pipeline:
-    """The three stages of one run and the queues between them; the first stage to fail
-    stops the others and its error is raised by :meth:`run`."""
+    """The stages of one run, a reader, a dispatcher and a writer per lane around one
+    scoring pool; the first stage to fail stops the others and its error is raised by
+    :meth:`run`."""
 
-    def __init__(self, run: Run, progress: RunProgress, clock: StageClock):
-        self.job, self.progress, self.clock = run, progress, clock
+    def __init__(
+        self,
+        run: Run,
+        progress: RunProgress,
+        clock: StageClock,
+        *,
+        lanes: int,
+        files: _Files | FileFeed,
+        on_entry: Callable[[Entry], None] | None,
+    ):
+        self.job, self.progress, self.clock, self.files = run, progress, clock, files
         self.failed = threading.Event()
         self.errors: list[BaseException] = []
         self.calls = parallel_calls(run.scorer)
-        # Every batch in the pool has its future queued for the writer: room for all.
-        self.read_q = _Pipe(self.failed)
-        self.write_q = _Pipe(self.failed, depth=QUEUE_DEPTH + self.calls)
+        self.lanes = [_Lane(self.failed, calls=self.calls) for _ in range(max(1, lanes))]
         self.entries: list[Entry] = []
+        self.on_entry = on_entry
 
     def run(self) -> list[Entry]:
         # Stages are awaited on events, not join(): a join that Ctrl-C interrupts marks its
         # thread as stopped (Python 3.11), so waiting again would return while it runs.
-        ended = [threading.Event(), threading.Event()]
-        for stage, event in zip((self._read, self._write), ended, strict=True):
-            threading.Thread(target=self._guarded(stage, ended=event), daemon=True).start()
+        ended: list[threading.Event] = []
         with ThreadPoolExecutor(max_workers=self.calls, thread_name_prefix="score") as pool:
+            for lane in self.lanes:
+                for stage in (self._read, self._write, partial(self._dispatch, pool=pool)):
+                    ended.append(threading.Event())
+                    body = self._guarded(partial(stage, lane), ended=ended[-1])
+                    threading.Thread(target=body, daemon=True).start()
             try:
-                self._guarded(lambda: self._dispatch(pool))()
                 for event in ended:
                     event.wait()
             except BaseException:  # Ctrl-C while waiting: the other stages stop first
@@ -132,9 +223,7 @@ class _Pipeline:
             raise self.errors[0]
         return self.entries
 
-    def _guarded(
-        self, stage: Callable[[], None], *, ended: threading.Event | None = None
-    ) -> Callable[[], None]:
+    def _guarded(self, stage: Callable[[], None], *, ended: threading.Event) -> Callable[[], None]:
         def body() -> None:
             try:
                 stage()
@@ -144,14 +233,13 @@ class _Pipeline:
                 self.errors.append(exc)
                 self.failed.set()
             finally:
-                if ended is not None:
-                    ended.set()
+                ended.set()
 
         return body
 
-    def _read(self) -> None:
+    def _read(self, lane: _Lane) -> None:
         job = self.job
-        for fragment in job.todo:
+        while (fragment := self.files.take(self.failed)) is not None:
             batches = iter(
                 job.data.batches(fragment, columns=job.columns, batch_rows=job.scorer.batch_rows)
             )
@@ -160,32 +248,35 @@ class _Pipeline:
                     batch = next(batches, None)
                 if batch is None:
                     break
-                self.read_q.put((fragment, batch))
-            self.read_q.put((fragment, _END))
-        self.read_q.put(None)
+                lane.read_q.put((fragment, batch))
+            lane.read_q.put((fragment, _END))
+        lane.read_q.put(None)
 
-    def _dispatch(self, pool: ThreadPoolExecutor) -> None:
-        for fragment, batch in self.read_q.drain():
+    def _dispatch(self, lane: _Lane, *, pool: ThreadPoolExecutor) -> None:
+        for fragment, batch in lane.read_q.drain():
             scored: Future[tuple[pa.Table, Counts | None]] | object = batch
             if batch is not _END:
                 scored = pool.submit(self._score, batch)
-            self.write_q.put((fragment, scored))
-        self.write_q.put(None)
+            lane.write_q.put((fragment, scored))
+        lane.write_q.put(None)
 
     def _score(self, batch: pa.RecordBatch) -> tuple[pa.Table, Counts | None]:
         with self.clock.timing("score"):
             table = self.job.scorer.score(batch, clock=self.clock)
             return table, self.job.count(batch, table)
 
-    def _write(self) -> None:
+    def _write(self, lane: _Lane) -> None:
         current: _OutputFile | None = None
         try:
-            for fragment, scored in self.write_q.drain():
+            for fragment, scored in lane.write_q.drain():
                 current = current or _OutputFile(self.job, fragment)
                 if scored is _END:
                     with self.clock.timing("write"):
-                        self.entries.append(current.close())
+                        entry = current.close()
                     current = None
+                    self.entries.append(entry)
+                    if self.on_entry is not None:
+                        self.on_entry(entry)
                 else:
                     table, counts = scored.result()
                     with self.clock.timing("write"):
@@ -199,7 +290,18 @@ class _Pipeline:
 
 @dataclass(frozen=True)
 class LocalOptions:
-    """The local engine takes no options (its threads follow the CPUs it may use)."""
+    """The local engine's one option: files read and written at once (by default one
+    per ``LANE_CPUS`` CPUs this process may use, see :func:`file_lanes`); its scoring
+    threads follow the CPUs."""
+
+    files_at_once: int | None = None
+
+    def __post_init__(self) -> None:
+        value = self.files_at_once
+        if value is not None and (type(value) is not int or value < 1):
+            raise ConfigError(
+                f"files_at_once={self.files_at_once}: expected at least 1 (or leave it out)"
+            )
 
 
 class LocalEngine:
@@ -223,9 +325,12 @@ class LocalEngine:
     def workers(self, options: Any, *, device: str) -> int:
         return 1
 
-    def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
+    def run(
+        self, run: Run, *, source: ModelSource, options: LocalOptions, progress: RunProgress
+    ) -> Scored:
         clock = StageClock()
-        entries = run_local(run, progress=progress, clock=clock)
+        lanes = options.files_at_once or file_lanes()
+        entries = run_local(run, progress=progress, clock=clock, lanes=lanes)
         return Scored(entries, {"local": progress.rows}, output_metadata(run.model),
                       stages=clock.seconds)  # fmt: skip
 

@@ -1,17 +1,18 @@
 """``engine="ray"``: whole input files scored by a pool of Ray actors.
 
 The driver plans the run as the local engine does (every check before writing), then
-feeds the files still to do, one per task, to an actor pool.  Each actor runs the local
-engine's pipeline on its file (reading, scoring and writing overlapped) into the shared
-staging area, so the commit is the local engine's: a retried task or a restarted actor
-rewrites the same staged file under a fresh temporary name, and the journal, not the
-tasks' return values, decides what is published.  Data never passes through the object
-store; actors read the files where they are.  Workers get the model as a bundle through
-the object store and check its sha256 before compiling it (once per process).  A file
-that fails in an actor comes back as a record, and the driver raises its error as it was
-(ours, or the OS error naming the path), never Ray Data's wrapper of it.  When Ray
-fails the job for a reason of its own (a lost node, an actor cancelled while starting),
-the files the journal does not prove done go to a fresh job, up to ``RAY_ATTEMPTS``.
+feeds the files still to do, one per task, to an actor pool. Each actor keeps one local
+engine pipeline (reading, scoring and writing overlapped), feeds it its files as they
+come and writes into the shared staging area, so the commit is the local engine's: a
+retried task or a restarted actor rewrites the same staged file under a fresh temporary
+name, and the journal, not the tasks' return values, decides what is published. Data
+never passes through the object store; actors read the files where they are. Workers get
+the model as a bundle through the object store and check its sha256 before compiling it
+(once per process). A file that fails in an actor comes back as a record, and the driver
+raises its error as it was (ours, or the OS error naming the path), never Ray Data's
+wrapper of it. When Ray fails the job for a reason of its own (a lost node, an actor
+cancelled while starting), the files the journal does not prove done go to a fresh job,
+up to ``RAY_ATTEMPTS``.
 
 Joining the cluster, sizing the actor pool and loading the model in an actor:
 :mod:`scoring._engines.ray_cluster`.
@@ -25,6 +26,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,14 +37,14 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import errors
 from .._commit import Committer, Entry
-from .._dataset import InputDataset
+from .._dataset import Fragment, InputDataset
 from .._drift import Profile
 from .._modelset import scorer_for
 from .._progress import RunProgress
 from .._stores import StoreConfig, install
 from ..errors import EngineError, ScoringError, cause_line, translated
 from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
-from .local import run_local
+from .local import FileFeed, file_lanes, run_local
 from .ray_cluster import (
     WorkerPlan,
     check_fits,
@@ -71,6 +73,7 @@ class RayOptions:
     num_workers: int | None = None
     num_cpus: float | None = None  # per actor, instead of the planned share
     num_gpus: float | None = None
+    files_at_once: int | None = None  # per actor (by default one per 4 of its CPUs)
 
 
 @dataclass(frozen=True)
@@ -91,22 +94,30 @@ class _Spec:
     stores: StoreConfig
     monitor: Profile | None = None  # counted into each file's journal entry
     hold: str | None = None
+    lanes: int = 1  # files an actor reads and writes at once
 
 
 class _FileWorker:
-    """A Ray Data actor scoring whole input files into the run's staging area."""
+    """A Ray Data actor scoring whole input files into the run's staging area.
+
+    One pipeline serves the actor's lifetime: each call hands its file to it
+    (:class:`FileFeed`) and waits for that file's journal entry, and Ray Data keeps
+    ``lanes + 1`` calls in flight, so the next file is read while the last one's final
+    batches are scored and written (per-file pipelines cost about 0.5 s a file here).
+    A failed pipeline fails the calls waiting on it with its error; the next call starts
+    a fresh one.
+    """
 
     def __init__(self, spec: _Spec):
         install(spec.stores)  # for this actor's lifetime: it scores this run only
         model = load_bundle(
             spec.bundle, device=spec.device, backend=spec.backend, threads=spec.threads
         )
-        data = spec.data
         scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
         metadata = output_metadata(model)
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(
-            data=data,
+            data=spec.data,
             model=model,
             scorer=scorer,
             committer=Committer(spec.output, job=spec.job),
@@ -119,10 +130,45 @@ class _FileWorker:
         )
         self.name = worker_name()
         self.hold = spec.hold
+        self.lanes = spec.lanes
+        self.lock = threading.Lock()
+        self.feed: FileFeed | None = None  # the running pipeline's, None when there is none
+        self.waiting: dict[str, Future[Entry]] = {}
+
+    def _submit(self, fragment: Fragment) -> Future[Entry]:
+        """``fragment`` handed to the pipeline (started if none runs): its entry to come."""
+        with self.lock:
+            if self.feed is None:
+                self.feed = FileFeed()
+                threading.Thread(target=self._serve, args=(self.feed,), daemon=True).start()
+            done: Future[Entry] = Future()
+            self.waiting[fragment.relpath] = done
+            self.feed.put(fragment)
+            return done
+
+    def _serve(self, feed: FileFeed) -> None:
+        progress = RunProgress(0, enabled=False)
+        try:
+            run_local(self.run, progress=progress, lanes=self.lanes, feed=feed,
+                      on_entry=self._journaled)  # fmt: skip
+        except BaseException as exc:  # every file still waiting fails with the error
+            with self.lock:
+                self.feed = None
+                waiting, self.waiting = self.waiting, {}
+            for done in waiting.values():
+                done.set_exception(exc)
+
+    def _journaled(self, entry: Entry) -> None:
+        self._held()
+        with self.lock:
+            done = self.waiting.pop(entry.relpath)
+        done.set_result(entry)
 
     def _held(self) -> None:
         """The test hook (:attr:`RayEngine.hold_after_first_file`): say this worker has
-        journaled a file, then wait until the test releases it."""
+        journaled a file, then wait until the test releases it, before the file is
+        reported.  It runs in the pipeline's writer, so no further file is journaled
+        meanwhile."""
         hold, self.hold = self.hold, None
         if hold is None:
             return
@@ -136,10 +182,8 @@ class _FileWorker:
             "fragment": [], "rows": [], "worker": [], "metadata": [], "error": []
         }  # fmt: skip
         for index in batch["fragment"]:
-            fragment = self.run.data.fragments[int(index)]
-            run = replace(self.run, todo=[fragment])
             try:
-                (entry,) = run_local(run, progress=RunProgress(fragment.rows, enabled=False))
+                entry = self._submit(self.run.data.fragments[int(index)]).result()
                 rows, error = entry.rows, ""
             except Exception as exc:  # raised again by the driver: see _failure
                 rows, error = 0, _failure(exc)
@@ -150,7 +194,6 @@ class _FileWorker:
             out["error"].append(error)
             if error:
                 return out
-            self._held()
         return out
 
 
@@ -226,6 +269,7 @@ class RayEngine:
             stores=run.stores,
             monitor=run.monitor,
             hold=self.hold_after_first_file,
+            lanes=options.files_at_once or file_lanes(plan.threads),
         )
         tally = _Tally()
         todo = run.todo
@@ -338,11 +382,16 @@ def _scored_files(run: Run, spec: _Spec, plan: WorkerPlan) -> Any:
         fn_constructor_kwargs={"spec": spec},
         batch_size=1,
         batch_format="numpy",
-        # One file at a time per actor: queued behind a busy actor, files would wait while
-        # another starts, and Ray Data cancels (and fails the job for) an actor still
-        # starting when every file is handed out.
+        # As many files per actor as its pipeline reads at once, and one more, so the next
+        # file is read while the last is written.  No more: queued behind a busy actor,
+        # files would wait while another starts, and Ray Data cancels (and fails the job
+        # for) an actor still starting when every file is handed out.  Each call only
+        # waits for its file, so the calls run side by side.
         compute=ray.data.ActorPoolStrategy(
-            size=min(plan.workers, len(run.todo)), max_tasks_in_flight_per_actor=1
+            size=min(plan.workers, len(run.todo)),
+            max_tasks_in_flight_per_actor=spec.lanes + 1,
+            max_concurrent_calls_per_actor=spec.lanes + 1,
+            enable_true_multi_threading=True,
         ),
         num_cpus=plan.num_cpus,
         num_gpus=plan.num_gpus or None,

@@ -77,11 +77,15 @@ def connect(address: str | None = None) -> None:
         # keeps its own setting).
         os.environ.setdefault("RAY_worker_niceness", "0")
         # Ray's own C++ log lines ("E ... core_worker.cc: ...") reach the user's terminal
-        # from this process; its failures reach us as exceptions anyway.  --debug keeps them.
-        if os.environ.get("SCORING_DEBUG", "") in ("", "0"):
+        # from this process, and its daemons' ("(raylet) ... logging.cc") through the
+        # driver's log forwarding.  A worker's failure reaches us as a record anyway;
+        # --debug keeps both, and Ray's session logs (/tmp/ray/session_latest/logs) too.
+        debug = os.environ.get("SCORING_DEBUG", "") not in ("", "0")
+        if not debug:
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
-            ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False)
+            ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False,
+                     log_to_driver=debug)  # fmt: skip
         except ConnectionError as exc:
             raise EngineError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
     # Our own progress and summary replace Ray Data's per-operator bars and its

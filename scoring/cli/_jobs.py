@@ -99,7 +99,7 @@ def run(
         try:
             outcome = run_job(spec, progress=progress, on_progress=written,
                               on_plan=lambda p: messages.print(p.summary()))  # fmt: skip
-        except DeadlineError as exc:  # before anything is written
+        except DeadlineError as exc:  # before anything is scored; its report is written
             raise fail("run", f"refused: {exc}", code=EXIT_INFEASIBLE) from None
         except DriftError as exc:  # before anything is published
             raise fail("run", str(exc), code=EXIT_CHECKS) from None

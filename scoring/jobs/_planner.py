@@ -3,10 +3,11 @@
 Rows come from the Parquet footers (nothing is read).  Throughput per worker is
 measured by timing each of the local engine's stages (read, score on the job's device
 and backend, encode Parquet) on a sample of the input; the stages overlap, so the
-slowest sets the pace.  It is cached per model sha256, device type, backend and product
-version under the registry root.  Fixed costs: start-up (listing the input, measured,
-plus a Ray or Spark cluster's start), model load and compile (measured), commit.
-Estimate = fixed + rows / (rate x workers).
+slowest sets the pace.  It is cached per model sha256, device, the backend and strategy
+that will run and the product version, under the registry root.  Fixed costs: start-up
+(listing the input, measured, plus a Ray or Spark cluster's start), model load and
+compile (measured), commit.  Estimate = fixed + rows / (rate x workers), against the time
+left when planning began (the listing and the compile are spent inside it, once).
 """
 
 from __future__ import annotations
@@ -99,8 +100,12 @@ class Plan:
                 "left; needs a later deadline"
             )
         else:
+            short = self.estimated_seconds - (self.available_seconds or 0.0)
             where = "" if self.engine != "local" else " (engine ray or spark)"
-            verdict += f"NOT feasible: needs {self.workers_needed} workers{where}"
+            verdict += (
+                f"NOT feasible: needs {self.workers_needed} workers{where}, or a deadline "
+                f"{math.ceil(short):,} s later"
+            )
         return "\n".join([*lines, verdict])
 
 
@@ -120,6 +125,9 @@ def make_plan(spec: JobSpec, *, start: datetime | None = None) -> Plan:
 def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     """The plan, with the model and the input it was made for, for the run to reuse."""
     start = start or datetime.now(timezone.utc)
+    # The time left counts from here, not from ``start`` (a nominal start may be long
+    # past), and not from after the listing and the compile, which the estimate counts.
+    planning = datetime.now(timezone.utc)
     engine = engine_named(spec.engine)
     began = time.perf_counter()
     data = open_input(spec.input)
@@ -137,9 +145,10 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     )
     compile_seconds = time.perf_counter() - began
     cache = _Cache(store)
-    # The product version too: a newer engine may score at another pace.  The backend as
-    # the job asks for it: ``auto`` may pick another of two candidates that time alike.
-    key = f"{model.sha256}|{model.device.type}|{spec.backend}|{__version__}"
+    # Keyed by what will run (the backend and strategy ``auto`` picked, the device) and
+    # the product version, which may score at another pace: a rate measured for one
+    # pick never stands for another.
+    key = f"{model.sha256}|{model.device}|{model.backend}|{model.strategy or '-'}|{__version__}"
     rate, io_rate = cache.get(key)
     cached = rate is not None
     if rate is None:
@@ -155,8 +164,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     fixed = startup + compile_seconds + commit
     estimate = fixed + data.rows / (rate * workers)
     deadline = spec.deadline_at(start)
-    now = datetime.now(timezone.utc)  # the time left counts from now, not ``start``
-    available = (deadline - now).total_seconds() if deadline else None
+    available = (deadline - planning).total_seconds() if deadline else None
     needed = None
     if available is not None and available > fixed:
         needed = max(1, math.ceil(data.rows / (rate * (available - fixed))))
@@ -164,7 +172,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         job=spec.name, engine=spec.engine, device=str(model.device), backend=model.backend,
         rows=data.rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
         startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
-        estimated_seconds=estimate, deadline=deadline.isoformat() if deadline else None,
+        estimated_seconds=estimate,
+        deadline=deadline.isoformat(timespec="seconds") if deadline else None,
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
         io_rows_per_second=io_rate,
@@ -257,7 +266,8 @@ def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
 
 
 class _Cache:
-    """Measured rows/s per (model sha256, device type, backend), in the registry root."""
+    """Measured rows/s per (model sha256, device, backend, strategy, version), in the
+    registry root."""
 
     def __init__(self, registry: ModelStore):
         self.path = (

@@ -26,12 +26,14 @@ from ._report_html import render_failure_html, render_html
 from ._spec import JobSpec
 
 __all__ = [
-    "REPORT_HTML", "REPORT_JSON", "build_report", "cpu_seconds", "write_failure_report",
-    "write_report",
+    "DEADLINE_WARNING", "REPORT_HTML", "REPORT_JSON", "build_report", "cpu_seconds",
+    "write_failure_report", "write_report",
 ]  # fmt: skip
 
 REPORT_JSON = "_scoring_report.json"
 REPORT_HTML = "_scoring_report.html"
+#: How the runner's warning of a projected miss begins (resolved when the run is on time).
+DEADLINE_WARNING = "job will miss its deadline"
 #: A score column with fewer distinct deciles than this gets no histogram.
 MIN_HISTOGRAM_EDGES = 4
 
@@ -66,8 +68,8 @@ def build_report(
         "rows_check": report.rows + report.rows_skipped == plan.rows,
         "seconds": report.seconds, "wall_seconds": wall, "stages": stages,
         "rows_per_second": report.rows_per_second, "attempts": attempts,
-        "started": started.isoformat(), "finished": finished.isoformat(),
-        "deadline": deadline.isoformat() if deadline else None,
+        "started": _second(started), "finished": _second(finished),
+        "deadline": _second(deadline) if deadline else None,
         "deadline_seconds": (deadline - started).total_seconds() if deadline else None,
         "deadline_margin_seconds": (deadline - finished).total_seconds() if deadline else None,
         "met_deadline": deadline is None or finished <= deadline,
@@ -79,9 +81,22 @@ def build_report(
             w: {"rows": n, "rows_per_second": n / seconds} for w, n in report.workers.items()
         },
         "files": files or [], "gpu": gpu, "resources": _resources(cpu_since),
-        "warnings": warnings or [], "timeline": report.timeline, "history": history,
+        **_warnings(warnings or [], met_deadline=deadline is None or finished <= deadline),
+        "timeline": report.timeline, "history": history,
         "checks": _checks(spec, checks, report), "models": _models(report),
     }  # fmt: skip
+
+
+def _second(at: datetime) -> str:
+    """A report's time: to the second, as people read it."""
+    return at.isoformat(timespec="seconds")
+
+
+def _warnings(found: list[str], *, met_deadline: bool) -> dict[str, list[str]]:
+    """The run's warnings, those that no longer held when it ended apart (``resolved``):
+    a projected miss of the deadline, early in a run that then met it."""
+    gone = [w for w in found if met_deadline and w.startswith(DEADLINE_WARNING)]
+    return {"warnings": [w for w in found if w not in gone], "resolved_warnings": gone}
 
 
 def _models(report: ScoreReport) -> list[dict[str, Any]]:
@@ -127,14 +142,17 @@ def _files(fragments: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_failure_report(
     spec: JobSpec, *, error: BaseException, plan: Plan | None, started: datetime,
-    attempts: int, permanent: bool, checks: RunChecks | None = None,
+    attempts: int, permanent: bool, checks: RunChecks | None = None, refused: bool = False,
 ) -> list[str]:  # fmt: skip
-    """The report of a failed run, under the same names in the output folder (readers
-    skip ``_`` files and nothing is published): the error, the files the run's journal
-    holds and what a rerun does with them, and the checks when they stopped it.  A
-    later successful run replaces it."""
+    """The report of a failed run (``refused``: one its plan stopped before it scored),
+    under the same names in the output folder (readers skip ``_`` files and nothing is
+    published): the error, the files the run's journal holds and what a rerun does with
+    them, and the checks when they stopped it.  A later successful run replaces it.  An
+    output already published keeps its own run's report: nothing is written, ``[]``."""
     fs, root = fsspec.core.url_to_fs(spec.output)
     root = root.rstrip("/")
+    if fs.exists(f"{root}/_SUCCESS"):
+        return []
     done = [json.loads(fs.cat_file(p)) for p in fs.glob(f"{root}/_temporary/_journal/*.json")]
     rows_done = sum(int(entry.get("rows", 0)) for entry in done)
     resume = f"skips the {len(done):,} file(s) ({rows_done:,} rows) already written"
@@ -143,10 +161,14 @@ def write_failure_report(
         if permanent
         else f"resumes: it {resume} and scores the rest"
     )
+    if refused:
+        rerun = ("is planned again: it runs once the plan fits the deadline (a later "
+                 "deadline, more workers, or the model's compile cached by this run)")  # fmt: skip
     data = {
-        "job": spec.name, "scoring_version": __version__, "status": "failed",
+        "job": spec.name, "scoring_version": __version__,
+        "status": "refused" if refused else "failed",
         "error": f"{type(error).__name__}: {' '.join(str(error).split())}",
-        "started": started.isoformat(), "failed": datetime.now(started.tzinfo).isoformat(),
+        "started": _second(started), "failed": _second(datetime.now(started.tzinfo)),
         "attempts": attempts, "input": spec.input, "output": spec.output,
         "files_done": len(done), "rows_done": rows_done,
         "files_total": plan.files if plan else None, "rows_total": plan.rows if plan else None,
@@ -180,7 +202,8 @@ def _histograms(checks: RunChecks, report: ScoreReport) -> list[dict[str, Any]]:
         run = counts.get(f"output:{name}")
         if len(ref.edges) < MIN_HISTOGRAM_EDGES or run is None or len(run) != len(ref.counts):
             continue  # labels, or a column of a few values (a class label as a number)
-        found.append({"column": name, "reference": _shares(ref.counts), "run": _shares(run)})
+        found.append({"column": name, "edges": ref.edges, "reference": _shares(ref.counts),
+                      "run": _shares(run)})  # fmt: skip
     return found[:4]  # a multiclass model's first classes: the page stays readable
 
 

@@ -27,6 +27,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .badge{display:inline-block;padding:2px 10px;border-radius:12px;color:#fff;font-weight:600;
  font-size:13px;vertical-align:middle;margin-left:8px}
 .ok{background:#2e7d32}.late{background:#ef6c00}.failed{background:#c62828}
+.refused{background:#607d8b}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr));gap:12px}
 .card{background:#fff;border-radius:8px;padding:12px 14px;box-shadow:0 1px 2px #0002}
 .card b{display:block;font-size:20px}.card span{color:#5b6776;font-size:12px}
@@ -37,6 +38,8 @@ tr.bad td{background:#fdecea}
 .plot{background:#fff;border-radius:8px;padding:8px;box-shadow:0 1px 2px #0002}
 .plot svg{width:100%;height:auto}
 .note{background:#fff8e1;border-left:4px solid #f9a825;padding:8px 12px 8px 28px}
+.pass{background:#e8f5e9;border-left:4px solid #2e7d32;padding:8px 12px 8px 28px}
+li.resolved code{text-decoration:line-through;color:#5b6776}
 p.note{padding-left:12px}
 code{font-size:12px;word-break:break-all}
 """
@@ -56,7 +59,7 @@ def render_html(data: dict[str, Any]) -> str:
         _section(f"Files ({len(data['files'])})", _files(data["files"])),
         _workers(data),
         _section("Resources", _resources(data)),
-        _section("Warnings", _warnings(data["warnings"])),
+        _section("Warnings", _warnings(data["warnings"], data.get("resolved_warnings", []))),
     ]
     return _page(data["job"], status, label, data, "".join(parts))
 
@@ -70,6 +73,9 @@ def render_failure_html(data: dict[str, Any]) -> str:
             ("input", data["input"]), ("output", data["output"])]  # fmt: skip
     body = f"<p class='note'>{html.escape(data['rerun'])}</p>" + _section("Run", _table(rows))
     body += _checks(data)  # a run its checks stopped: what drifted
+    if data.get("status") == "refused":
+        return _page(data["job"], "refused", "REFUSED: the plan misses the deadline; nothing "
+                     "was scored", data, body)  # fmt: skip
     return _page(data["job"], "failed", "FAILED: nothing was published", data, body)
 
 
@@ -206,10 +212,14 @@ def _resources(data: dict[str, Any]) -> str:
     return _table(rows)
 
 
-def _warnings(found: list[str]) -> str:
-    if not found:
+def _warnings(found: list[str], resolved: list[str]) -> str:
+    """The warnings that held at the end; those that did not, struck through as resolved."""
+    if not found and not resolved:
         return "<p>none</p>"
-    return "<ul>" + "".join(f"<li><code>{html.escape(w)}</code></li>" for w in found) + "</ul>"
+    items = [f"<li><code>{html.escape(w)}</code></li>" for w in found]
+    items += [f"<li class='resolved'><code>{html.escape(w)}</code> resolved: the run met its "
+              "deadline</li>" for w in resolved]  # fmt: skip
+    return "<ul>" + "".join(items) + "</ul>"
 
 
 def _checks(data: dict[str, Any]) -> str:
@@ -217,7 +227,9 @@ def _checks(data: dict[str, Any]) -> str:
     if not checks:
         return ""
     found = checks["breaches"] or ["every check passed"]
-    parts = ["<ul class='note'>" + "".join(f"<li>{html.escape(b)}</li>" for b in found) + "</ul>"]
+    style = "note" if checks["breaches"] else "pass"  # a warning's amber only for a breach
+    items = "".join(f"<li>{html.escape(b)}</li>" for b in found)
+    parts = [f"<ul class='{style}'>{items}</ul>"]
     if checks["note"]:
         parts.append(f"<p>drift not measured: {html.escape(checks['note'])}</p>")
     if checks["histograms"]:
@@ -263,11 +275,13 @@ def _svg(draw: Any, data: Any) -> str:
     matplotlib.use("Agg")  # no display on a scheduler host
     import matplotlib.pyplot as plt
 
-    fig = draw(plt, data)
-    svg = io.StringIO()
-    fig.tight_layout()
-    fig.savefig(svg, format="svg")
-    plt.close(fig)
+    # Text kept as text: a reader can select and search it, and it weighs less.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig = draw(plt, data)
+        svg = io.StringIO()
+        fig.tight_layout()
+        fig.savefig(svg, format="svg", metadata={"Date": None})  # no stamp to the microsecond
+        plt.close(fig)
     return f"<div class='plot'>{svg.getvalue()}</div>"
 
 
@@ -306,7 +320,13 @@ def _histogram_plot(plt: Any, histograms: list[dict[str, Any]]) -> Any:
         bins = range(len(h["reference"]))
         ax.bar([b - 0.2 for b in bins], h["reference"], width=0.4, label="reference")
         ax.bar([b + 0.2 for b in bins], h["run"], width=0.4, label="this run")
-        ax.set(title=h["column"], xlabel="bin (reference deciles; last: null)", ylabel="share")
+        # The value axis: each tick a reference decile's edge, between the bins it parts,
+        # and the last bar the nulls.
+        edges = h.get("edges") or []
+        ticks = [i + 0.5 for i in range(len(edges))] + [len(h["reference"]) - 1]
+        ax.set_xticks(ticks, [f"{e:.3g}" for e in edges] + ["null"], rotation=60, fontsize=7)
+        ax.set(title=h["column"], xlabel=f"{h['column']} (reference decile edges)",
+               ylabel="share")  # fmt: skip
     axes[0][0].legend()
     return fig
 
@@ -318,12 +338,18 @@ def _history_plot(plt: Any, history: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(11, 3.2))
     ax.bar(range(len(runs)), [r["seconds"] for r in runs],
            color=[colours.get(r["outcome"], "#90a4ae") for r in runs])  # fmt: skip
+    from matplotlib.patches import Patch
+
+    # One legend entry per outcome shown (a refused run's grey bar included).
+    handles: list[Any] = [Patch(color=colours.get(o, "#90a4ae"), label=f"run {o}")
+                          for o in dict.fromkeys(r["outcome"] for r in runs)]  # fmt: skip
     if history["window_seconds"]:
-        ax.axhline(history["window_seconds"], color="#c62828", linestyle="--", label="window")
-        ax.legend()
+        handles.append(ax.axhline(history["window_seconds"], color="#c62828", linestyle="--",
+                                  label="window"))  # fmt: skip
+    ax.legend(handles=handles, fontsize=8)
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels([r["started"][5:16].replace("T", " ") for r in runs], rotation=60,
                        fontsize=7)  # fmt: skip
-    ax.set(xlabel=f"last {len(runs)} runs, by start (UTC; green ok, orange late, red failed)",
+    ax.set(xlabel=f"last {len(runs)} runs, by start (UTC)",
            ylabel="seconds")  # fmt: skip
     return fig

@@ -31,7 +31,7 @@ from ._checks import RunChecks
 from ._gpu import GpuSampler
 from ._history import Recorder
 from ._planner import Plan, plan_and_model
-from ._report import cpu_seconds, write_failure_report, write_report
+from ._report import DEADLINE_WARNING, cpu_seconds, write_failure_report, write_report
 from ._spec import JobSpec
 
 __all__ = [
@@ -98,8 +98,8 @@ class _Watch:
         if finish > self.deadline:
             self.warned = True
             log.warning(
-                "job will miss its deadline: projected finish %s, deadline %s (%s of %s rows "
-                "done)", finish.isoformat(timespec="seconds"),
+                "%s: projected finish %s, deadline %s (%s of %s rows done)", DEADLINE_WARNING,
+                finish.isoformat(timespec="seconds"),
                 self.deadline.isoformat(timespec="seconds"), f"{rows:,}", f"{self.total:,}",
             )  # fmt: skip
 
@@ -147,9 +147,13 @@ def _run(
         with GpuSampler() as gpu, _Warnings() as warned:
             report, attempts = _with_retries(spec, data, model, watch, checks,
                                              progress=progress)  # fmt: skip
-    except DeadlineError as exc:  # refused before anything is written: no report
+    except DeadlineError as exc:  # refused before anything is scored: only the report
         recorder.record("refused", exit_code=EXIT_INFEASIBLE, error=exc)
-        raise
+        written = _report_failure(spec, exc, plan=plan, start=start, checks=checks,
+                                  refused=True)  # fmt: skip
+        if not written:
+            raise
+        raise DeadlineError(f"{exc}; report: {written[-1]}") from None
     except Exception as exc:
         failed = exit_code(exc)
         recorder.record("failed", exit_code=failed, error=exc)
@@ -220,14 +224,18 @@ def _report_failure(
     plan: Plan | None,
     start: datetime,
     checks: RunChecks | None,
-) -> None:
+    refused: bool = False,
+) -> list[str]:
+    """The failed (or refused) run's report, where it was written (none: see
+    :func:`write_failure_report`)."""
     permanent = isinstance(exc, _PERMANENT) or plan is None
     try:
-        write_failure_report(spec, error=exc, plan=plan, started=start, permanent=permanent,
-                             attempts=1 if permanent else spec.retries + 1,
-                             checks=checks)  # fmt: skip
+        return write_failure_report(spec, error=exc, plan=plan, started=start,
+                                    permanent=permanent, checks=checks, refused=refused,
+                                    attempts=1 if permanent else spec.retries + 1)  # fmt: skip
     except Exception as failed:  # the run's own error is the one to report
         log.warning("could not write the report of the failed run: %s", failed)
+        return []
 
 
 def _with_retries(
