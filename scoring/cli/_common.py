@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
 
@@ -128,7 +127,7 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
             raise fail(command, _one_line(exc), code=2) from None
         except ScoringError as exc:
             raise fail(command, _one_line(exc)) from None
-        except (typer.Exit, click.ClickException, click.Abort):  # the command's own exits
+        except (typer.Exit, typer.Abort, typer.TyperException):  # the command's own exits
             raise
         except OSError as exc:  # disk full, no permission, a file gone from under us
             if debugging():

@@ -1,0 +1,63 @@
+"""What ``pip install .`` installs is enough to import the package: every third-party
+module imported at a module's top level belongs to a declared dependency, and an
+extra's (ray, pyspark, psycopg, ...) is imported only inside the functions that use it.
+
+A dependency's own dependencies do not count: they change under us (typer 0.29 dropped
+click, which the command line imported, and the runtime install failed on it)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the tomli backport, a dependency there
+    import tomli as tomllib
+
+ROOT = Path(__file__).parents[1]
+
+
+def _name(requirement: str) -> str:
+    found = re.match(r"[A-Za-z0-9_.-]+", requirement)
+    assert found, requirement
+    return re.sub(r"[-_.]+", "-", found[0]).lower()
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules a file imports when it is imported: not inside functions, classes or
+    ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_module_imported_at_load_is_a_declared_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"] if "python_version < " not in r}
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = {}
+    for path in sorted((ROOT / "scoring").rglob("*.py")):
+        for module in _top_level_imports(path):
+            if module in sys.stdlib_module_names or module in ("scoring", "__future__"):
+                continue
+            owners = {_name(d) for d in distributions.get(module, [])}
+            if not owners & declared:
+                undeclared[f"{path.relative_to(ROOT)}: {module}"] = sorted(owners)
+    assert not undeclared, undeclared
+
+
+def test_the_check_sees_a_top_level_import(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import click\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray\n"
+        "def f():\n    import pyspark\n"
+    )
+    assert _top_level_imports(source) == {"click", "typing"}
