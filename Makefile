@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-.PHONY: install runtime demo test lint bench clean
+.PHONY: install runtime demo examples test lint bench clean
 
 # `runtime`: what the product itself needs (torch, then `pip install -e .`), all the
 # demo installs. `install`: that, the optional engines and stores, and the development
@@ -46,6 +46,10 @@ $(STAMP): $(RUNTIME)
 
 demo: runtime
 	$(BIN)/scoring demo
+
+# The registry and input the job files in jobs/ read (../examples/ from each).
+examples: runtime
+	$(BIN)/scoring examples examples
 
 test: install
 	$(BIN)/ruff check scoring tests benchmarks

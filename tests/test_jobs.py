@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import shutil
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -197,9 +198,46 @@ def test_example_jobs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
         {"model": "churn@challenger", "prefix": "challenger", "where": None},
         {"model": "upsell@production", "prefix": None, "where": None},
     ]
-    assert specs["nightly"].input == "/data/features/date=2026-11-21/"
+    assert specs["nightly"].input == str(JOBS.parent / "examples/features/date=2026-11-21") + "/"
     assert specs["ray"].engine_options() == {"address": "auto", "num_cpus": 1.0, "num_gpus": 1.0}
     assert specs["spark"].engine_options()["conf"]["spark.task.resource.gpu.amount"] == "0.25"
+
+
+@pytest.mark.parametrize("job", ["nightly", "many_models", "reasons", "spark", "ray"])
+def test_every_example_job_plans_against_the_example_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: str
+) -> None:
+    """Each job file as it is in jobs/, beside the data ``make examples`` writes: its
+    plan reads the registry and the input its relative paths name."""
+    from scoring.cli._examples import write_examples
+
+    shutil.copytree(JOBS, tmp_path / "jobs")
+    write_examples(tmp_path / "examples", run_date="2026-11-21", rows=3_000)
+    monkeypatch.setenv("RUN_DATE", "2026-11-21")
+    if job == "ray":  # its address is "auto", the cluster this host belongs to: one here
+        ray = pytest.importorskip("ray")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        planned = runner.invoke(app, ["plan", str(tmp_path / "jobs" / f"{job}.toml")])
+    finally:
+        if job == "ray":
+            ray.shutdown()
+    # 3: a clock deadline already past today; the plan was still made from the data.
+    assert planned.exit_code in (0, 3), planned.output
+    assert "rows: 3,000 in 2 file(s)" in planned.output
+
+
+def test_the_demo_succeeds_and_writes_its_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make demo``'s command, on fewer rows, into a registry of its own."""
+    monkeypatch.setenv("SCORING_HOME", str(tmp_path / "home"))
+    said = runner.invoke(app, ["demo", "--rows", "40000"])
+    assert said.exit_code == 0, said.output
+    assert "compiled in" in said.output and "the job's 3-minute window starts now" in said.output
+    report = tmp_path / "home" / "demo" / "output" / "_scoring_report.html"
+    assert report.exists() and str(report) in " ".join(said.output.split())
+    assert json.loads(report.with_suffix(".json").read_text())["rows"] == 40_000
 
 
 def test_clock_deadlines() -> None:

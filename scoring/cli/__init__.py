@@ -7,6 +7,7 @@ import os
 import typer
 
 from ._demo import demo
+from ._examples import examples
 from ._jobs import plan, run
 from ._models import models_app
 from ._runs import runs
@@ -27,6 +28,7 @@ HELP = (
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
 app.command()(score)
 app.command()(demo)
+app.command()(examples)
 app.command()(plan)
 app.command()(run)
 app.command()(runs)

@@ -1,0 +1,102 @@
+"""``scoring examples``: the registry and the input that the job files in ``jobs/`` read.
+
+Each job file names its registry, input and output relative to itself
+(``../examples/...``), so that every one of them can be planned or run from a clone:
+``make examples`` (this command, into ``examples/``), then ``RUN_DATE=<the date it
+printed> scoring plan jobs/nightly.toml``.  What it writes, under its folder:
+
+- ``registry/``: ``churn`` (version 1 aliased ``production``, version 2 ``challenger``),
+  ``upsell`` and ``credit_risk`` (``production``), small XGBoost classifiers, each
+  registered with a sample (verified, and profiled for the jobs' drift checks);
+- ``features/date=<DATE>/``: customers' features with ``customer_id``;
+- ``applications/date=<DATE>/``: credit applications with ``application_id``.
+
+Those three are written afresh on every call; the jobs' outputs (``scores/``) are left.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ._common import messages, reported
+
+if TYPE_CHECKING:  # imported where the command runs: ``--help`` loads none of them
+    import pandas as pd
+
+__all__ = ["examples", "write_examples"]
+
+CUSTOMER = ["tenure", "monthly_spend", "support_calls", "days_since_login", "plan_tier"]
+APPLICATION = ["income", "debt_ratio", "age", "open_accounts", "late_payments"]
+#: Models and what each is trained on: its features and its target's seed.
+MODELS = {
+    ("churn", 1): CUSTOMER,
+    ("churn", 2): CUSTOMER,
+    ("upsell", 1): CUSTOMER,
+    ("credit_risk", 1): APPLICATION,
+}
+ALIASES = {("churn", "production"): 1, ("churn", "challenger"): 2,
+           ("upsell", "production"): 1, ("credit_risk", "production"): 1}  # fmt: skip
+
+
+def examples(
+    folder: Path = typer.Argument(Path("examples"), help="where to write them"),
+    date: str = typer.Option(
+        None, help="the RUN_DATE partition to write (default: today, UTC)", show_default=False
+    ),
+    rows: int = typer.Option(20_000, help="rows per dataset"),
+) -> None:
+    """Write the registry and the input the job files in jobs/ read (see jobs/*.toml)."""
+    with reported("examples"):
+        run_date = date or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+        write_examples(folder, run_date=run_date, rows=rows)
+        messages.print(f"wrote {folder}/ (registry, features, applications) for "
+                       f"RUN_DATE={run_date}; try: RUN_DATE={run_date} scoring plan "
+                       "jobs/nightly.toml")  # fmt: skip
+
+
+def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
+    """The example registry and inputs under ``folder`` (see the module docstring)."""
+    import numpy as np
+    import xgboost as xgb
+
+    from .._catalog import Registry
+
+    for part in ("registry", "features", "applications"):  # written afresh, every time
+        shutil.rmtree(folder / part, ignore_errors=True)
+    registry = Registry(folder / "registry")
+    for (name, version), features in MODELS.items():
+        X = _frame(features, 4_000, seed=version + len(name))
+        target = (
+            X[features[0]]
+            - X[features[1]]
+            + np.random.default_rng(version).normal(scale=0.5, size=len(X))
+        )
+        model = xgb.XGBClassifier(n_estimators=20 + 10 * version, max_depth=4)
+        registry.register(name, model.fit(X, target > 0), sample=X.iloc[:2_000])
+    for (name, alias), version in ALIASES.items():
+        registry.set_alias(name, alias, version)
+    _write(folder / "features" / f"date={run_date}", CUSTOMER, "customer_id", rows)
+    _write(folder / "applications" / f"date={run_date}", APPLICATION, "application_id", rows)
+
+
+def _frame(features: list[str], rows: int, *, seed: int) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    values = np.random.default_rng(seed).normal(size=(rows, len(features)))
+    return pd.DataFrame(values.astype(np.float32), columns=features)
+
+
+def _write(path: Path, features: list[str], key: str, rows: int, *, files: int = 2) -> None:
+    import numpy as np
+
+    path.mkdir(parents=True, exist_ok=True)
+    frame = _frame(features, rows, seed=99)
+    frame.insert(0, key, np.arange(rows, dtype=np.int64))
+    for i, part in enumerate(np.array_split(np.arange(rows), files)):
+        frame.iloc[part].to_parquet(path / f"part-{i}.parquet", index=False)
