@@ -97,7 +97,7 @@ def _labels(forest: Forest) -> list[str]:
 def _check_count(n_columns: int, forest: Forest) -> None:
     if n_columns != forest.n_features:
         raise FeatureCountError(
-            f"input has {n_columns} feature columns but {forest.model_kind} was trained on "
+            f"input has {n_columns} feature columns but {forest.described} was trained on "
             f"{forest.n_features}"
         )
 
@@ -147,7 +147,7 @@ def named_columns(columns: Sequence[str], forest: Forest) -> list[str] | None:
         shown = ", ".join(repr(m) for m in missing[:10])
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise MissingColumnError(
-            f"input is missing feature column(s) {shown}{more} that {forest.model_kind} needs"
+            f"input is missing feature column(s) {shown}{more} that {forest.described} needs"
         )
     return list(names)
 
@@ -268,7 +268,7 @@ _BLOCK_ROWS = 4096
 def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
     """Row-major ``[rows, features]``, written once from the columns, block by block."""
     if not cols:
-        raise FeatureCountError(f"input has no feature columns; {forest.model_kind} needs some")
+        raise FeatureCountError(f"input has no feature columns; {forest.described} needs some")
     target = _target_dtype([c.dtype for c in cols], forest)
     rows = len(cols[0])
     out: np.ndarray = np.empty((rows, len(cols)), dtype=target)
@@ -310,14 +310,14 @@ def _refuse_unknown(values: Any, labels: list[object], j: int, forest: Forest) -
     if unknown:
         raise InputError(
             f"feature column {_labels(forest)[j]!r} holds categories {unknown[:5]!r} that "
-            f"{forest.model_kind} never saw in training (it refuses them, as XGBoost does)"
+            f"{forest.described} never saw in training (it refuses them, as XGBoost does)"
         )
 
 
 def _non_numeric(j: int, dtype: str, forest: Forest) -> NonNumericColumnError:
     return NonNumericColumnError(
         f"feature column {_labels(forest)[j]!r} has non-numeric type {dtype}; "
-        f"{forest.model_kind} needs numbers (or categories it was trained with)"
+        f"{forest.described} needs numbers (or categories it was trained with)"
     )
 
 
@@ -355,7 +355,7 @@ def _check_values(mat: Matrix, forest: Forest, labels: list[str], *, leaves: boo
         j = cols[0]
         raise InvalidValueError(
             f"feature column {labels[j]!r} has {int(counts[j])} {what} value(s) "
-            f"({len(cols)} column(s) affected), which {forest.model_kind} refuses "
+            f"({len(cols)} column(s) affected), which {forest.described} refuses "
             f"({reason}): clean or impute them before scoring"
         )
 

@@ -187,6 +187,17 @@ class Forest:
     isolation_norm: float = 1.0
     isolation_offset: float = 0.0
 
+    #: The registered reference (``churn@3``) a registry version was compiled from:
+    #: errors name the model by it (see :attr:`described`), as its user knows it.
+    registered_as: str | None = None
+
+    @property
+    def described(self) -> str:
+        """The model as errors name it: ``model 'churn@3' (XGBClassifier)``, or its class."""
+        if self.registered_as is None:
+            return self.model_kind
+        return f"model '{self.registered_as}' ({self.model_kind})"
+
     @property
     def n_trees(self) -> int:
         return len(self.trees)

@@ -14,7 +14,6 @@ whatever form it came in: that is what jobs, caches and reports are keyed by.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,9 +167,8 @@ def compile_model(
     if isinstance(model, Bundle):
         origin = bundle_origin(model)
         model, forest = model.restore(trusted=trusted)
-        if "name" in origin:  # input errors name the model as the user registered it
-            kind = f"model '{origin['name']}@{origin['version']}' ({forest.model_kind})"
-            forest = dataclasses.replace(forest, model_kind=kind)
+        if "name" in origin:  # errors name the model as the user registered it
+            forest.registered_as = f"{origin['name']}@{origin['version']}"
     else:
         model = model_object(model, trusted=trusted)
         forest = import_model(model)

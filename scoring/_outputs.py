@@ -187,7 +187,7 @@ def probabilities(forest: Forest, values: np.ndarray) -> Any:
         return values
     if forest.task not in ("binary", "multiclass"):
         raise UnsupportedModelError(
-            f"predict_proba is for classifiers; {forest.model_kind} ({forest.objective}) "
+            f"predict_proba is for classifiers; {forest.described} ({forest.objective}) "
             "predicts values: use predict"
         )
     if forest.task == "binary" and values.shape[1] == 1:

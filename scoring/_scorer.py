@@ -102,7 +102,7 @@ class Scorer:
             if not numeric and not (textual and j in self.forest.categories):
                 raise NonNumericColumnError(
                     f"feature column {name!r} has non-numeric type {typ}; "
-                    f"{self.forest.model_kind} needs numbers (or categories it was trained with)"
+                    f"{self.forest.described} needs numbers (or categories it was trained with)"
                 )
 
     def feature_columns(self, columns: Sequence[str]) -> list[str]:
@@ -121,7 +121,7 @@ class Scorer:
         n = self.forest.n_features
         extra = [c for c in columns if c not in set(self.keep)]
         raise MissingColumnError(
-            f"{self.forest.model_kind} was trained without feature names, and the input "
+            f"{self.forest.described} was trained without feature names, and the input "
             f"has none of f0..f{n - 1} (found {', '.join(extra[:8])}); give the model its "
             "names when training (a DataFrame, or booster.feature_names = [...]) and "
             f"register it again, or name the {n} input columns f0..f{n - 1} in the model's "

@@ -227,17 +227,23 @@ def test_every_example_job_plans_against_the_example_data(
     assert "rows: 3,000 in 2 file(s)" in planned.output
 
 
-def test_the_demo_succeeds_and_writes_its_report(
+def test_the_demo_succeeds_and_writes_its_report_and_its_job_file_plans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``make demo``'s command, on fewer rows, into a registry of its own."""
-    monkeypatch.setenv("SCORING_HOME", str(tmp_path / "home"))
+    """``make demo``'s command, on fewer rows, for a user whose home is ``tmp_path``
+    (the default registry, as the demo uses it); then jobs/demo.toml, whose paths are
+    that registry's, plans against what the demo wrote."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for variable in ("SCORING_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(variable, raising=False)
     said = runner.invoke(app, ["demo", "--rows", "40000"])
     assert said.exit_code == 0, said.output
     assert "compiled in" in said.output and "the job's 3-minute window starts now" in said.output
-    report = tmp_path / "home" / "demo" / "output" / "_scoring_report.html"
+    report = tmp_path / ".local/share/scoring/demo/output/_scoring_report.html"
     assert report.exists() and str(report) in " ".join(said.output.split())
     assert json.loads(report.with_suffix(".json").read_text())["rows"] == 40_000
+    planned = runner.invoke(app, ["plan", str(JOBS / "demo.toml")])
+    assert planned.exit_code == 0 and "rows: 40,000 in 8 file(s)" in planned.output
 
 
 def test_clock_deadlines() -> None:

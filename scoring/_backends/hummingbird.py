@@ -53,22 +53,22 @@ class HummingbirdBackend:
         native = NativeBackend(model, forest)
         if not framework_named(forest.framework).hummingbird:
             raise UnsupportedModelError(
-                f"hummingbird has no converter for {forest.model_kind}; use backend='tensor'"
+                f"hummingbird has no converter for {forest.described}; use backend='tensor'"
             )
         if forest.encoded:
             raise UnsupportedModelError(
                 f"hummingbird cannot read the labels a Pipeline's encoder reads before "
-                f"{forest.model_kind}; use backend='tensor'"
+                f"{forest.described}; use backend='tensor'"
             )
         if forest.multi_target:
             raise UnsupportedModelError(
-                f"hummingbird cannot score {forest.model_kind} of several targets; use "
+                f"hummingbird cannot score {forest.described} of several targets; use "
                 "backend='tensor'"
             )
         if not native.predictor.sklearn_api:
             # It refuses xgboost.Booster and returns raw margins for lightgbm.Booster.
             raise UnsupportedModelError(
-                f"hummingbird cannot score {forest.model_kind} correctly; pass the "
+                f"hummingbird cannot score {forest.described} correctly; pass the "
                 "sklearn-API estimator or use backend='tensor'"
             )
         self.model = _convert(model, forest, device=device, strategy=strategy)
@@ -104,7 +104,7 @@ class HummingbirdBackend:
     def predict_raw(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
         if not hasattr(self.model, "decision_function"):
             raise CompileError(
-                f"hummingbird gives no raw margins for {self.forest.model_kind}; "
+                f"hummingbird gives no raw margins for {self.forest.described}; "
                 "use backend='tensor' for predict_raw"
             )
         return squeeze(np.asarray(self.model.decision_function(self._input(mat))))
@@ -121,7 +121,7 @@ class HummingbirdBackend:
         if bad.any():
             with_nan = int(np.isnan(rows[bad]).any(axis=1).sum())
             raise ParityError(
-                f"hummingbird ({self.strategy}) differs from native {self.forest.model_kind} "
+                f"hummingbird ({self.strategy}) differs from native {self.forest.described} "
                 f"by up to {float(err.max()):.3g} on {int(bad.sum())} of {len(rows)} probe rows "
                 f"({with_nan} of them hold NaN: hummingbird ignores the model's missing-value "
                 "directions, base_score and float64 thresholds); use backend='tensor', "
@@ -135,6 +135,6 @@ def _convert(model: Any, forest: Forest, *, device: torch.device, strategy: str)
     except ImportError as exc:
         raise DependencyError("backend='hummingbird' needs hummingbird-ml installed") from exc
     extra = {} if strategy == "auto" else {"tree_implementation": HB_STRATEGIES[strategy]}
-    with translated("hummingbird", f"hummingbird cannot convert {forest.model_kind}"):
+    with translated("hummingbird", f"hummingbird cannot convert {forest.described}"):
         converted = hb.convert(model, "torch", extra_config=extra)
     return converted.to(str(device))

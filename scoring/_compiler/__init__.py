@@ -247,7 +247,7 @@ def compile_forest(
         return _compile_chain(forest, device=device, strategy=strategy, batch_size=batch_size,
                               max_layout_bytes=max_layout_bytes)  # fmt: skip
     if forest.n_trees == 0:
-        raise CompileError(f"{forest.model_kind} has no trees to compile")
+        raise CompileError(f"{forest.described} has no trees to compile")
     if strategy == "auto":
         choice = choose_strategy(
             forest, device=device, batch_size=batch_size, max_layout_bytes=max_layout_bytes
@@ -311,7 +311,7 @@ def _check_fits(forest: Forest, strategy: str, max_bytes: int) -> None:
         else ("no strategy fits: raise the limit or score with backend='native'")
     )
     raise ResourceLimitError(
-        f"strategy {strategy!r} needs {need / 2**20:,.1f} MiB for {forest.model_kind} "
+        f"strategy {strategy!r} needs {need / 2**20:,.1f} MiB for {forest.described} "
         f"({forest.n_trees} trees, depth {forest.max_depth}; limit {max_bytes >> 20} MiB); {fix}"
     )
 

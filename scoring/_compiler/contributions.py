@@ -111,7 +111,7 @@ def contribution_tables(forest: Forest) -> ContributionTables:
 
 
 def _check(forest: Forest) -> None:
-    what = forest.model_kind
+    what = forest.described
     if forest.stages:
         raise UnsupportedModelError(f"contributions of a chain ({what}) are not supported")
     if forest.post_transform == "isolation":
