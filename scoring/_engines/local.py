@@ -125,27 +125,21 @@ class _Files:
 
 
 class FileFeed:
-    """Fragments handed to a running pipeline as they come (a Ray actor's files); a
-    reader waits for the next one until :meth:`close`."""
+    """Fragments handed to a running pipeline as they come (a Ray actor's files, for
+    the actor's lifetime): a reader waits for the next one until a stage fails."""
 
     def __init__(self) -> None:
-        self.q: queue.Queue[Fragment | None] = queue.Queue()
+        self.q: queue.Queue[Fragment] = queue.Queue()
 
     def put(self, fragment: Fragment) -> None:
         self.q.put(fragment)
 
-    def close(self) -> None:
-        self.q.put(None)
-
     def take(self, failed: threading.Event) -> Fragment | None:
         while not failed.is_set():
             try:
-                fragment = self.q.get(timeout=0.1)
+                return self.q.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if fragment is None:
-                self.q.put(None)  # every lane's reader sees the end
-            return fragment
         raise _Stopped
 
 
@@ -158,7 +152,7 @@ def run_local(
     feed: FileFeed | None = None,
     on_entry: Callable[[Entry], None] | None = None,
 ) -> list[Entry]:
-    """Score every fragment still to do (or those ``feed`` hands in until it is closed),
+    """Score every fragment still to do (or, for as long as it runs, those ``feed`` hands in),
     ``lanes`` files at once; returns their journal entries as the files closed (the
     manifest orders them).  ``clock``: the busy seconds of each stage are added to it;
     ``on_entry``: called with each file's entry once it is journaled."""
