@@ -227,6 +227,21 @@ def test_every_example_job_plans_against_the_example_data(
     assert "rows: 3,000 in 2 file(s)" in planned.output
 
 
+def test_the_examples_command_hints_at_a_job_only_where_the_job_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    elsewhere = runner.invoke(app, ["examples", "elsewhere", "--rows", "100"])
+    assert elsewhere.exit_code == 0, elsewhere.output
+    assert "wrote elsewhere/" in elsewhere.output and "try:" not in elsewhere.output
+    shutil.copytree(JOBS, tmp_path / "jobs")
+    beside = runner.invoke(app, ["examples", "--rows", "100", "--date", "2026-11-21"])
+    assert "try: RUN_DATE=2026-11-21 scoring plan jobs/nightly.toml" in beside.output
+    monkeypatch.setenv("RUN_DATE", "2026-11-21")
+    planned = runner.invoke(app, ["plan", "jobs/nightly.toml"])
+    assert planned.exit_code in (0, 3) and "rows: 100 in 2 file(s)" in planned.output
+
+
 def test_the_demo_succeeds_and_writes_its_report_and_its_job_file_plans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

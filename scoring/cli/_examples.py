@@ -32,7 +32,8 @@ __all__ = ["examples", "write_examples"]
 
 CUSTOMER = ["tenure", "monthly_spend", "support_calls", "days_since_login", "plan_tier"]
 APPLICATION = ["income", "debt_ratio", "age", "open_accounts", "late_payments"]
-#: Models and what each is trained on: its features and its target's seed.
+#: Each registered version and the features it is trained on (in this order: a version
+#: number is the order of registration).
 MODELS = {
     ("churn", 1): CUSTOMER,
     ("churn", 2): CUSTOMER,
@@ -45,7 +46,7 @@ ALIASES = {("churn", "production"): 1, ("churn", "challenger"): 2,
 
 def examples(
     folder: Path = typer.Argument(Path("examples"), help="where to write them"),
-    date: str = typer.Option(
+    date: str | None = typer.Option(
         None, help="the RUN_DATE partition to write (default: today, UTC)", show_default=False
     ),
     rows: int = typer.Option(20_000, help="rows per dataset"),
@@ -54,9 +55,13 @@ def examples(
     with reported("examples"):
         run_date = date or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
         write_examples(folder, run_date=run_date, rows=rows)
-        messages.print(f"wrote {folder}/ (registry, features, applications) for "
-                       f"RUN_DATE={run_date}; try: RUN_DATE={run_date} scoring plan "
-                       "jobs/nightly.toml")  # fmt: skip
+        said = f"wrote {folder}/ (registry, features, applications) for RUN_DATE={run_date}"
+        # The hint only where it holds: the job files read the examples/ beside jobs/.
+        if (Path("jobs") / "nightly.toml").is_file() and folder.resolve() == Path(
+            "examples"
+        ).resolve():
+            said += f"; try: RUN_DATE={run_date} scoring plan jobs/nightly.toml"
+        messages.print(said)
 
 
 def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
