@@ -60,7 +60,7 @@ _NAMES = {
     "compile": ("._model", "compile_model"),
     "ModelVersion": ("._registry", "ModelVersion"),
 }
-_LAZY = ("jobs", "ray", "spark", "recipes")
+_LAZY = ("jobs", "mlflow", "ray", "spark", "recipes")
 
 
 def __getattr__(name: str) -> object:

@@ -129,9 +129,12 @@ class Bundle:
     @classmethod
     def of(cls, model: Any, *, name: str | None = None, trusted: bool = False) -> Bundle:
         """An unregistered model (a fitted object or a model file) as version 0 of
-        ``name`` (default: the model's kind), for engines that ship models to workers."""
-        from ._frameworks import dump_model, import_model, model_object
+        ``name`` (default: an MLflow model's name, else the model's kind), for engines
+        that ship models to workers."""
+        from ._frameworks import dump_model, import_model, is_mlflow_ref, mlflow_name, model_object
 
+        if name is None and is_mlflow_ref(model):
+            name = mlflow_name(str(model))
         model = model_object(model, trusted=trusted)
         forest = import_model(model)
         schema = schema_of(forest)

@@ -24,7 +24,9 @@ from ._drift import Profile, profile
 from ._frameworks import (
     dump_model,
     import_model,
+    is_mlflow_ref,
     library_versions,
+    load_mlflow_model,
     model_object,
     restore_model,
 )
@@ -103,8 +105,13 @@ class Registry(ModelStore):
         description: str = "",
         trusted: bool = False,
     ) -> ModelVersion:
-        """Import, store and verify a model; returns its new, immutable version.  The same
-        bytes registered again (under any name) share one artifact."""
+        """Import, store and verify a model (an object, a model file, or an MLflow model:
+        ``models:/NAME@ALIAS``, ``models:/NAME/VERSION``, ``runs:/...`` or a directory,
+        its source recorded as ``mlflow.*`` tags); returns its new, immutable version.
+        The same bytes registered again (under any name) share one artifact."""
+        if is_mlflow_ref(model_or_path):  # recorded: where in MLflow it came from
+            loaded = load_mlflow_model(model_or_path, trusted=trusted)
+            model_or_path, tags = loaded.model, {**loaded.source, **(tags or {})}
         model = model_object(model_or_path, trusted=trusted)
         forest = import_model(model)  # an unsupported model is refused before storing
         schema = schema_of(forest)

@@ -78,7 +78,8 @@ PREVIOUS = f"{STAGING}/_previous"
 class Publication:
     """How far a publication in this process got, for what a command stopped by a
     signal says: ``publishing`` (nothing published yet), ``replacing`` (a previous
-    complete output is set aside and readable through the manifest), ``published``."""
+    complete output is set aside and readable through the manifest), ``committing`` (a
+    Delta table's files placed, its one commit not yet made), ``published``."""
 
     url: str
     started: float  # time.monotonic()
@@ -281,9 +282,31 @@ class Committer:
 
     # -- while writing -------------------------------------------------------------
 
+    def pinned_input(self) -> dict[str, Any] | None:
+        """The input snapshot an interrupted run of this job read (a Delta version), which
+        its rerun reads again: the journal holds files of that snapshot."""
+        path = f"{self.staging}/_input.json"
+        if not self.fs.exists(path):
+            return None
+        pinned = dict(json.loads(self.fs.cat_file(path)))
+        return pinned if pinned.pop("job_key", None) == self.job_key else None
+
+    def pin_input(self, snapshot: dict[str, Any]) -> None:
+        self.fs.makedirs(self.staging, exist_ok=True)
+        self._write_whole(f"{self.staging}/_input.json",
+                          json.dumps({**snapshot, "job_key": self.job_key}).encode())  # fmt: skip
+
+    def output_for(self, fragment: Fragment) -> str:
+        """The fragment's output file, relative to the output."""
+        return output_name(fragment)
+
+    def for_worker(self) -> Committer:
+        """A committer for another process writing this run's files (a Ray actor)."""
+        return Committer(self.url, job=self.job)
+
     def open(self, fragment: Fragment) -> tuple[str, HashingSink]:
         """A sink for the fragment's output, under a name no other attempt uses."""
-        tmp = f"{self.staging}/{output_name(fragment)}.inprogress-{uuid.uuid4().hex}"
+        tmp = f"{self.staging}/{self.output_for(fragment)}.inprogress-{uuid.uuid4().hex}"
         self.fs.makedirs(tmp.rsplit("/", 1)[0], exist_ok=True)
         return tmp, HashingSink(self.fs.open(tmp, "wb"))
 
@@ -303,7 +326,7 @@ class Committer:
         stats: dict[str, list[int]] | None = None,
     ) -> Entry:
         """Move a closed output into the staging area and journal it (with ``stats``)."""
-        name = output_name(fragment)
+        name = self.output_for(fragment)
         self.fs.mv(tmp, f"{self.staging}/{name}")
         entry = Entry(
             relpath=fragment.relpath,

@@ -4,6 +4,13 @@ An input is a file, a directory, a glob or a hive-partitioned tree (``key=value/
 directories become columns).  Files whose names start with ``_`` or ``.`` are skipped,
 as Spark and pyarrow do.  Row counts come from the Parquet footers, so nothing is read
 until scoring starts; a file whose footer cannot be read is named in the error.
+
+A directory holding ``_delta_log/`` (or a URL written ``delta:<url>``) is a Delta Lake
+table, read through delta-rs (the ``deltalake`` package): its snapshot (the latest
+version, or the one asked for) is pinned when the input is opened, and the files of
+that version, each with its partition values, are the input's files.  The version is
+the dataset's :attr:`InputDataset.snapshot`.  Deletion vectors and column mapping change
+what a file's rows or columns mean without rewriting it: tables with either are refused.
 """
 
 from __future__ import annotations
@@ -12,18 +19,25 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import fsspec
+import fsspec.config
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import InputError, InputFileError, translated
+from .errors import InputError, InputFileError, cause_line, translated
 
-__all__ = ["Fragment", "InputDataset", "arrow_filesystem", "glob_base", "open_input"]
+__all__ = [
+    "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
+    "glob_base", "is_delta_table", "open_input", "without_delta_prefix",
+]  # fmt: skip
 
+#: The prefix that names a Delta Lake table: ``delta:/data/scores``, ``delta:s3://b/t``.
+DELTA = "delta:"
 _GLOB_CHARS = set("*?[")
 _FIX = "fix or remove the file"
 
@@ -51,6 +65,8 @@ class InputDataset:
     partition_columns: list[str] = field(default_factory=list)
     #: Columns whose type differs between files beyond widening -> the message.
     conflicts: dict[str, str] = field(default_factory=dict)
+    #: A Delta table's pinned snapshot: ``{"format": "delta", "version": N}``; else None.
+    snapshot: dict[str, Any] | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -124,8 +140,43 @@ def arrow_filesystem(fs: Any) -> pafs.FileSystem:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
-def open_input(url: str) -> InputDataset:
-    """Discover the input's files and read their footers; raise naming what is wrong."""
+def without_delta_prefix(url: str) -> tuple[str, bool]:
+    """``url`` without a ``delta:`` prefix, and whether it had one."""
+    text = str(url)
+    return (text[len(DELTA) :], True) if text.startswith(DELTA) else (text, False)
+
+
+def is_delta_table(url: str) -> bool:
+    """Whether ``url`` (prefix or not) is a folder holding a Delta log."""
+    fs, path = fsspec.core.url_to_fs(without_delta_prefix(url)[0])
+    return bool(fs.exists(f"{path.rstrip('/')}/_delta_log"))
+
+
+def delta_storage_options(url: str) -> dict[str, str]:
+    """delta-rs's options for ``url``'s object store, from fsspec's configuration (the
+    command's storage options, :mod:`scoring._stores`) and the AWS environment."""
+    import os
+
+    protocol = fsspec.utils.get_protocol(url)
+    if protocol not in ("s3", "s3a"):
+        return {}
+    conf = fsspec.config.conf.get("s3", {})
+    options = {"AWS_ENDPOINT_URL": conf.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")}
+    options["AWS_ACCESS_KEY_ID"] = conf.get("key")
+    options["AWS_SECRET_ACCESS_KEY"] = conf.get("secret")
+    if str(options["AWS_ENDPOINT_URL"] or "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"  # a local S3 API (MinIO, moto) without TLS
+    return {k: str(v) for k, v in options.items() if v}
+
+
+def open_input(url: str, *, version: int | None = None) -> InputDataset:
+    """Discover the input's files and read their footers; raise naming what is wrong.
+    ``version``: a Delta table's version to read (default: its latest)."""
+    url, prefixed = without_delta_prefix(str(url))
+    if prefixed or is_delta_table(url):
+        return _open_delta(url, version=version)
+    if version is not None:
+        raise InputError(f"input {url!r} is not a Delta table: it has no versions to pick")
     fs, path = fsspec.core.url_to_fs(str(url))
     path = path.rstrip("/") or "/"
     if _GLOB_CHARS & set(path):
@@ -151,7 +202,14 @@ def open_input(url: str) -> InputDataset:
     except InputFileError:
         _refuse_duplicate_names(fs, files if files is not None else fs.find(path))
         raise
-    pieces = list(dataset.get_fragments())
+    return _dataset(str(url), fs, list(dataset.get_fragments()), base, dataset)
+
+
+def _dataset(
+    url: str, fs: Any, pieces: list[Any], base: str, dataset: pads.Dataset
+) -> InputDataset:
+    """The input of ``pieces`` (pyarrow fragments; ``dataset`` names their format and
+    schema, partition columns included), every file's footer read."""
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     if not fragments or not any(f.rows for f in fragments):
         raise InputError(f"input {url!r} holds no rows: nothing to score")
@@ -162,6 +220,67 @@ def open_input(url: str) -> InputDataset:
     )
     return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces,
                         partition_columns=partition, conflicts=conflicts)  # fmt: skip
+
+
+def _open_delta(url: str, *, version: int | None) -> InputDataset:
+    """A Delta table's snapshot as an input (see the module docstring)."""
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+    except ImportError:
+        raise InputError(
+            f"input {url!r} is a Delta table: reading it needs pip install 'scoring[delta]'"
+        ) from None
+    fs, root = fsspec.core.url_to_fs(url)
+    root = root.rstrip("/")
+    try:
+        table = DeltaTable(url, version=version, storage_options=delta_storage_options(url))
+    except TableNotFoundError:
+        raise InputFileError(f"input {url!r} is not a Delta table (no _delta_log)") from None
+    except DeltaError as exc:
+        raise InputFileError(f"cannot read Delta table {url!r}: {cause_line(exc)}") from None
+    _refuse_rewriting_features(table, url)
+    schema = pa.schema(table.schema().to_arrow())
+    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    partitioned = list(table.metadata().partition_columns)
+    filesystem = arrow_filesystem(fs)
+    fmt = pads.ParquetFileFormat()
+    pieces = [
+        fmt.make_fragment(f"{root}/{unquote(a['path'])}", filesystem=filesystem,
+                          partition_expression=_partition(a, partitioned, schema))
+        for a in sorted(adds, key=lambda a: str(a["path"]))
+    ]  # fmt: skip
+    dataset = pads.FileSystemDataset(pieces, schema=schema, format=fmt, filesystem=filesystem)
+    data = _dataset(url, fs, pieces, root, dataset)
+    data.snapshot = {"format": "delta", "version": int(table.version())}
+    return data
+
+
+def _refuse_rewriting_features(table: Any, url: str) -> None:
+    features = set(table.protocol().reader_features or [])
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if "columnMapping" in features and mapping != "none":
+        raise InputFileError(
+            f"Delta table {url!r} uses column mapping ({mapping}): its files' column names "
+            "are not the table's; rewrite it without column mapping to score it"
+        )
+    if "deletionVectors" in features and pa.table(table.deletion_vectors()).num_rows:
+        raise InputFileError(
+            f"Delta table {url!r} has deletion vectors: rows deleted without rewriting "
+            "their files; purge them (OPTIMIZE ... or REORG TABLE ... APPLY (PURGE)) first"
+        )
+
+
+def _partition(add: dict[str, Any], columns: list[str], schema: pa.Schema) -> Any:
+    """The file's partition values as the expression pyarrow fills those columns from."""
+    expression = pads.scalar(True)
+    for column in columns:
+        value = add.get(f"partition.{column}")
+        kind = schema.field(column).type
+        term = (pads.field(column).is_null() if value is None
+                else pads.field(column) == pa.scalar(value).cast(kind))  # fmt: skip
+        expression = expression & term
+    return expression
 
 
 def _refuse_duplicate_names(fs: Any, paths: list[str]) -> None:

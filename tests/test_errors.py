@@ -25,6 +25,7 @@ PUBLIC = {
     "scoring": {"Bundle", "CompiledModel", "ModelVersion", "Registry", "ScoreReport",
                 "ScoringError", "__version__", "compile", "errors", "score_parquet"},
     "scoring.ray": {"WorkerPlan", "connect", "plan_workers", "score_dataset"},
+    "scoring.mlflow": {"export_model", "is_mlflow_ref", "load_mlflow_model"},
     "scoring.spark": {"UDF_OUTPUTS", "local_session", "register_udf", "score_dataframe",
                       "tune_session"},
     "scoring.jobs": {"EXIT_CHECKS", "EXIT_FAILED", "EXIT_INFEASIBLE", "EXIT_LATE", "EXIT_OK",
@@ -34,7 +35,7 @@ PUBLIC = {
 #: What a user may import; every other module is ``_private`` (``scoring.cli`` is the
 #: command's entry point, ``scoring.cli:app``; ``scoring.recipes`` the reference models
 #: the demo, tests and benchmarks build).
-PUBLIC_MODULES = {"errors", "jobs", "ray", "spark", "cli", "recipes"}
+PUBLIC_MODULES = {"errors", "jobs", "ray", "spark", "mlflow", "cli", "recipes"}
 
 
 @pytest.mark.parametrize("package", sorted(PUBLIC))

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._dataset import InputDataset
+from .._dataset import InputDataset, open_input, without_delta_prefix
 from .._drift import Profile
 from .._lease import OutputLease
 from .._progress import RunProgress
@@ -71,8 +71,16 @@ def score_parquet(
     storage_options: Mapping[str, Any] | None = None,
     monitor: Profile | None = None,
     before_publish: Callable[[ScoreReport], None] | None = None,
+    output_format: str | None = None,
+    mode: str | None = None,
+    input_version: int | None = None,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
+
+    ``input`` may be a Delta Lake table (a folder with ``_delta_log``, or ``delta:URL``):
+    its latest version, or ``input_version``, is read and recorded.  ``output_format``
+    ``"delta"`` (or an output written ``delta:URL``) writes a Delta table in one commit;
+    ``mode`` ``error`` (default: refuse an existing table), ``append`` or ``overwrite``.
 
     ``model``: one model, or a list of them scored in one pass over the input, each
     item a model or ``{"model": ..., "prefix": ..., "where": ...}`` (columns
@@ -98,6 +106,10 @@ def score_parquet(
     """
     runner = engine_named(engine)
     options = runner.options(engine_options or {})
+    output, delta_prefix = without_delta_prefix(str(output))
+    output_format = output_format or ("delta" if delta_prefix else "parquet")
+    if not isinstance(input, InputDataset):
+        input = without_delta_prefix(str(input))[0]
     source_url = input.url if isinstance(input, InputDataset) else str(input)
     if not runner.local:
         check_outside_process(engine, source_url, str(output))
@@ -106,12 +118,15 @@ def score_parquet(
     with configured(stores):
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                local=runner.local)  # fmt: skip
-        data = input if isinstance(input, InputDataset) else str(input)
+        data = (
+            input if isinstance(input, InputDataset) else open_input(input, version=input_version)
+        )
         lease = OutputLease(str(output))
         try:
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
-                           backend=backend, lease=lease, stores=stores)  # fmt: skip
+                           backend=backend, lease=lease, stores=stores,
+                           output_format=output_format, mode=mode)  # fmt: skip
             run.monitor = monitor
             if run.complete:
                 return report(run, engine=engine, timeline=[])

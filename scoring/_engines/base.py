@@ -25,9 +25,11 @@ from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._commit import Committer, Entry
+from .._commit_delta import DeltaCommitter
 from .._dataset import Fragment, InputDataset, glob_base, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
+from .._frameworks import is_mlflow_ref
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
 from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, prefixed, scorer_for
@@ -260,7 +262,7 @@ def resolve_model(
             )
         return ModelSource(model, None)
     bundle: Bundle | None = model if isinstance(model, Bundle) else None
-    if isinstance(model, str) and not os.path.exists(model):
+    if _registry_ref(model):
         store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
         bundle = store.bundle(model)
     if bundle is None and local:  # compiled from the object itself, hashed once
@@ -271,6 +273,11 @@ def resolve_model(
     # The driver only checks and plans (it may have no GPU): the native predictor
     # produces the same columns the workers will, without compiling anything.
     return ModelSource(compile_model(bundle, backend="native"), bundle)
+
+
+def _registry_ref(model: Any) -> bool:
+    """A name this package's registry resolves (not a file, not an MLflow model)."""
+    return isinstance(model, str) and not os.path.exists(model) and not is_mlflow_ref(model)
 
 
 def bundle_set(
@@ -296,13 +303,13 @@ def bundle_set(
                 "a list of models takes registry references, Bundles, model files or fitted "
                 f"models, not {type(one).__name__}"
             )
-        if isinstance(one, str) and not os.path.exists(one):
+        if _registry_ref(one):
             store = store or ModelStore(registry)  # type: ignore[arg-type]
             bundle = store.bundle(one)
         elif isinstance(one, Bundle):
             bundle = one
         else:  # a model file is named after itself (churn.json: prefix churn)
-            named = isinstance(one, (str, os.PathLike))
+            named = isinstance(one, (str, os.PathLike)) and not is_mlflow_ref(one)
             bundle = Bundle.of(one, name=Path(one).stem if named else None)
         bundles.append(bundle)
         prefixes.append(str(entry.get("prefix") or bundle.manifest["name"]))
@@ -361,9 +368,13 @@ def plan_run(
     backend: str = "auto",
     lease: OutputLease | None = None,
     stores: StoreConfig | None = None,
+    output_format: str = "parquet",
+    mode: str | None = None,
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
-    ``lease`` is taken once the input is known good, before the output's state is read."""
+    ``lease`` is taken once the input is known good, before the output's state is read.
+    ``output_format`` ``delta``: a Delta table, written as ``mode`` says
+    (:mod:`scoring._commit_delta`)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
@@ -378,13 +389,45 @@ def plan_run(
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
-    committer = Committer(output, job=job, overwrite=overwrite, verify=verify,
-                          engine_files=engine.engine_files)  # fmt: skip
+    committer = _committer(output, job=job, output_format=output_format, mode=mode,
+                           overwrite=overwrite, verify=verify, engine=engine)  # fmt: skip
+    data = _pinned(data, committer)
     complete = committer.check_target(data.fragments)
+    if data.snapshot is not None and not complete:  # for this run's own rerun
+        committer.pin_input(data.snapshot)
     done = {} if complete or not engine.resumes else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
                outputs=outputs, device=device, backend=backend, stores=stores or {})  # fmt: skip
+
+
+def _committer(
+    output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
+    overwrite: bool, verify: bool, engine: Engine,
+) -> Committer:  # fmt: skip
+    if output_format == "delta":
+        if engine.engine_files:
+            raise ConfigError("a Delta output is written by the local and ray engines")
+        mode = mode or ("overwrite" if overwrite else "error")
+        return DeltaCommitter(output, job=job, mode=mode, verify=verify)
+    if output_format != "parquet":
+        raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
+    if mode not in (None, "error", "overwrite"):
+        raise ConfigError(
+            f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
+            "is published whole, replacing the previous run (mode 'overwrite')"
+        )
+    return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
+                     verify=verify, engine_files=engine.engine_files)  # fmt: skip
+
+
+def _pinned(data: InputDataset, committer: Committer) -> InputDataset:
+    """A versioned input (a Delta table) at the version an interrupted run of this job
+    read (its journal holds files of that version), else as opened."""
+    pinned = committer.pinned_input() if data.snapshot is not None else None
+    if pinned is not None and data.snapshot != pinned:
+        return open_input(data.url, version=int(pinned["version"]))
+    return data
 
 
 def _check_apart(input_url: str, output_url: str) -> None:
@@ -409,7 +452,10 @@ def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
         )
         return len(manifest["files"])
     entries = [*run.done.values(), *scored.entries]
-    run.committer.publish(entries, extra={"metadata": metadata})
+    extra = {"metadata": metadata}
+    if run.data.snapshot is not None:  # the input version read (a Delta table's)
+        extra["input_snapshot"] = run.data.snapshot
+    run.committer.publish(entries, extra=extra)
     return len(entries)
 
 

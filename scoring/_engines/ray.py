@@ -82,8 +82,7 @@ class _Spec:
 
     bundle: tuple[Any]
     data: InputDataset
-    output: str
-    job: dict[str, Any]
+    committer: Committer  # the run's (its kind and state: a Delta run's folder)
     keep: Sequence[str]
     outputs: str
     columns: list[str]
@@ -120,7 +119,7 @@ class _FileWorker:
             data=spec.data,
             model=model,
             scorer=scorer,
-            committer=Committer(spec.output, job=spec.job),
+            committer=spec.committer,
             columns=spec.columns,
             schema=spec.schema.with_metadata(metadata),
             todo=[],
@@ -257,8 +256,7 @@ class RayEngine:
         spec = _Spec(
             bundle=(ray.put(source.shipped().to_bytes()),),
             data=run.data,
-            output=run.committer.url,
-            job=run.committer.job,
+            committer=run.committer.for_worker(),
             keep=run.scorer.keep,
             outputs=run.outputs,
             columns=run.columns,

@@ -22,6 +22,7 @@ import torch
 from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
 from . import catboost, lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
+from ._mlflow import MlflowModel, is_mlflow_ref, load_mlflow_model, mlflow_name, mlflow_tracking
 from ._protocol import FRAMEWORKS, Framework, NativeModel, native_input
 from ._wrappers import fitted_model
 
@@ -33,8 +34,13 @@ __all__ = [
     "framework_named",
     "framework_of",
     "import_model",
+    "MlflowModel",
+    "is_mlflow_ref",
     "library_versions",
+    "load_mlflow_model",
     "load_model_file",
+    "mlflow_name",
+    "mlflow_tracking",
     "model_object",
     "native_input",
     "native_model",
@@ -69,9 +75,11 @@ def framework_named(name: str) -> Framework:
 
 
 def model_object(model: Any, *, trusted: bool = False) -> Any:
-    """The fitted model a caller hands in (an object, or a model file), taken out of a
-    search or a trivial Pipeline (:func:`._wrappers.fitted_model`)."""
-    if isinstance(model, (str, os.PathLike)):
+    """The fitted model a caller hands in (an object, a model file or an MLflow model),
+    taken out of a search or a trivial Pipeline (:func:`._wrappers.fitted_model`)."""
+    if is_mlflow_ref(model):
+        model = load_mlflow_model(model, trusted=trusted).model
+    elif isinstance(model, (str, os.PathLike)):
         model = load_model_file(model, trusted=trusted)
     return fitted_model(model)
 

@@ -348,6 +348,13 @@ SKOPS_TRUSTED = frozenset({
     "sklearn.utils.validation.check_array",
     "functools.partial",  # IsolationForest's partial of check_array, listed above
     "numpy.dtype",  # a Pipeline's SimpleImputer keeps the dtype it was fitted on
+    # LightGBM's scikit-learn estimators as MLflow's lightgbm flavor writes them: the
+    # Booster restores itself from its model text, the format .txt files are read in.
+    "lightgbm.sklearn.LGBMClassifier",
+    "lightgbm.sklearn.LGBMRegressor",
+    "lightgbm.sklearn.LGBMRanker",
+    "lightgbm.basic.Booster",
+    "collections.OrderedDict",
 })  # fmt: skip
 
 

@@ -18,8 +18,9 @@ from rich.console import Console
 from ..errors import ConfigError, ScoringError
 
 __all__ = [
-    "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION", "VERIFY_HELP", "debugging",
-    "RowsWritten", "Terminated", "fail", "key_values", "messages", "reported", "tables",
+    "MLFLOW_URI_OPTION", "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION",
+    "VERIFY_HELP", "debugging", "RowsWritten", "Terminated", "fail", "key_values", "messages",
+    "reported", "tables", "use_mlflow",
 ]  # fmt: skip
 
 #: What commands say on stderr (plans, summaries, report paths).  A line stays one line
@@ -49,6 +50,19 @@ REGISTRY_DB_OPTION = typer.Option(
     help="registry database: a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/scoring "
     "(default SQLite in a local root; a remote root needs one)",
 )
+MLFLOW_URI_OPTION = typer.Option(
+    None,
+    "--mlflow-uri",
+    help="MLflow tracking server that models:/ and runs:/ references are read from "
+    "(default: MLflow's own configuration, MLFLOW_TRACKING_URI)",
+)
+
+
+def use_mlflow(uri: str | None) -> None:
+    """``--mlflow-uri`` as MLflow's own setting, for this process and what it starts."""
+    if uri:
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+
 
 STORAGE_OPTION = typer.Option(
     [],
@@ -157,6 +171,11 @@ def _stopped(signal_name: str, written: RowsWritten | None) -> str:
             f"stopped by {signal_name} while publishing {url} over its previous run: not "
             "complete (no _SUCCESS); the previous run stays readable through "
             "_scoring_manifest.json, and the same command finishes publishing"
+        )
+    if phase == "committing":  # a Delta table: one commit publishes, or nothing does
+        return (
+            f"stopped by {signal_name} while committing to Delta table {url}: no version of "
+            "this run is in the table; the files are journaled, and the same command commits"
         )
     if phase == "publishing":
         return (

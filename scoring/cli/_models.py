@@ -1,4 +1,4 @@
-"""``scoring models register|list|show|alias|verify``: the registry from the shell."""
+"""``scoring models register|list|show|alias|export|verify``: the registry from the shell."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ._common import (
+    MLFLOW_URI_OPTION,
     REGISTRY_DB_OPTION,
     REGISTRY_OPTION,
     STORAGE_OPTION,
@@ -18,6 +19,7 @@ from ._common import (
     messages,
     reported,
     tables,
+    use_mlflow,
 )
 
 if TYPE_CHECKING:  # imported where a command runs: ``--help`` loads no torch
@@ -48,23 +50,35 @@ def _registry(command: str, root: str | None, db_url: str | None, options: list[
 
 @models_app.command()
 def register(
-    path: Path = typer.Argument(..., help="model file: .json/.ubj, .txt, .skops (or a pickle)"),
-    name: str = typer.Option(..., "--name", help="model name"),
+    model: str = typer.Argument(
+        ...,
+        metavar="MODEL",
+        help="model file (.json/.ubj, .txt, .skops, .cbm; or a pickle), or an MLflow model: "
+        "models:/NAME@ALIAS, models:/NAME/VERSION, runs:/RUN_ID/PATH or its directory",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="model name (default: the MLflow model's name, or the file's stem)"
+    ),
     sample: Path | None = typer.Option(
         None, help="Parquet file of sample rows: verified on, and profiled as the drift reference"
     ),
     tag: list[str] = typer.Option([], help="KEY=VALUE, repeatable"),
     description: str = typer.Option("", help="free text kept with the version"),
     trusted: bool = typer.Option(False, help="allow a pickle file (runs its code on load)"),
+    mlflow_uri: str | None = MLFLOW_URI_OPTION,
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
     storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
-    """Import, store and verify a model file; prints NAME@VERSION."""
+    """Import, store and verify a model; prints NAME@VERSION."""
     tags = key_values(tag, command="models register", option="--tag", typed=False)
+    use_mlflow(mlflow_uri)
     with reported("models register"):
+        from .._frameworks import is_mlflow_ref, mlflow_name
+
+        name = name or (mlflow_name(model) if is_mlflow_ref(model) else Path(model).stem)
         mv = _registry("register", registry, registry_db, storage_option).register(
-            name, path, sample=sample, tags=tags, description=description, trusted=trusted
+            name, model, sample=sample, tags=tags, description=description, trusted=trusted
         )
     for check in mv.verification.values():
         messages.print(_describe(mv, check))
@@ -141,6 +155,34 @@ def alias(
         reg = _registry("alias", registry, registry_db, storage_option)
         reg.set_alias(name, alias_name, version, force=force)
     print(f"{name}@{alias_name} -> {version}")
+
+
+@models_app.command()
+def export(
+    ref: str = typer.Argument(..., help="NAME@ALIAS, NAME@VERSION or NAME (latest)"),
+    to_mlflow: bool = typer.Option(
+        False, "--mlflow", help="as an MLflow pyfunc model, logged to the tracking server"
+    ),
+    register_as: str | None = typer.Option(
+        None, help="also register it in MLflow's model registry under this name"
+    ),
+    mlflow_uri: str | None = MLFLOW_URI_OPTION,
+    registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
+) -> None:
+    """Export a version for another system to load; prints where it went."""
+    if not to_mlflow:
+        raise fail("models export", "name where to export: --mlflow", code=2)
+    use_mlflow(mlflow_uri)
+    with reported("models export"):
+        from ..mlflow import export_model
+
+        info = export_model(ref, registry=_registry("export", registry, registry_db,
+                            storage_option), registered_model_name=register_as)  # fmt: skip
+    print(info.model_uri)
+    if register_as:
+        print(f"models:/{register_as}/{info.registered_model_version}")
 
 
 @models_app.command()

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from ._common import (
+    MLFLOW_URI_OPTION,
     REGISTRY_DB_OPTION,
     REGISTRY_OPTION,
     STORAGE_OPTION,
@@ -17,6 +18,7 @@ from ._common import (
     key_values,
     messages,
     reported,
+    use_mlflow,
 )
 
 __all__ = ["score"]
@@ -57,9 +59,13 @@ def _models(given: list[str], filters: list[str]) -> str | list[dict[str, str]]:
 
 def _default_prefix(ref: str) -> str:
     """The prefix a model gets unless named: its registered name (``churn@production``:
-    churn), or a model file's stem (``models/churn.json``: churn)."""
+    churn), an MLflow model's (``models:/churn@champion``: churn), or a model file's stem
+    (``models/churn.json``: churn)."""
+    from .._frameworks import is_mlflow_ref, mlflow_name
     from .._registry import parse_ref
 
+    if is_mlflow_ref(ref):
+        return mlflow_name(ref)
     return Path(ref).stem if Path(ref).exists() else parse_ref(ref)[0]
 
 
@@ -67,8 +73,9 @@ def score(
     model: list[str] = typer.Option(
         ...,
         "--model",
-        help="NAME@ALIAS, NAME@VERSION or a model file; repeat it to score several models in "
-        "one pass (PREFIX=REF names a model's column prefix, default its name)",
+        help="NAME@ALIAS, NAME@VERSION, a model file or an MLflow model (models:/NAME@ALIAS); "
+        "repeat it to score several models in one pass (PREFIX=REF names a model's column "
+        "prefix, default its name)",
     ),
     where: list[str] = typer.Option(
         [],
@@ -76,7 +83,9 @@ def score(
         help="PREFIX=CONDITION: that model scores only the rows where the SQL condition on "
         "input columns holds, e.g. --where \"churn=region = 'EU'\" (repeatable)",
     ),
-    input: str = typer.Option(..., "--input", help="Parquet file, directory, glob or URL"),
+    input: str = typer.Option(
+        ..., "--input", help="Parquet file, directory, glob or URL, or a Delta table"
+    ),
     output: str = typer.Option(..., "--output", help="output directory or URL"),
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
     outputs: str = typer.Option(
@@ -102,7 +111,17 @@ def score(
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     backend: str = typer.Option("auto", help="auto, tensor, native or hummingbird"),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
+    output_format: str = typer.Option(
+        "parquet", "--format", help="parquet, or delta: the output a Delta Lake table"
+    ),
+    mode: str | None = typer.Option(
+        None, help="a Delta output that exists: error (default), append or overwrite"
+    ),
+    input_version: int | None = typer.Option(
+        None, min=0, help="a Delta table input: read this version (default: the latest)"
+    ),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
+    mlflow_uri: str | None = MLFLOW_URI_OPTION,
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
     storage_option: list[str] = STORAGE_OPTION,
@@ -117,6 +136,7 @@ def score(
     options: dict[str, object] = {k: v for k, v in named.items() if v is not None}
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
+    use_mlflow(mlflow_uri)
     written = RowsWritten()
     loading = waiting("loading the model ...", console=messages)
     with reported("score", written=written), loading:
@@ -141,6 +161,9 @@ def score(
             engine_options=options,
             storage_options=stores,
             on_progress=written,
+            output_format=None if output_format == "parquet" else output_format,
+            mode=mode,
+            input_version=input_version,
         )
     messages.print(f"scored {result.summary()}")
     if result.busy():

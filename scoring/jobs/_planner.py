@@ -31,6 +31,7 @@ from .._dataset import InputDataset, open_input
 from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import dictionary_columns, parallel_calls
+from .._frameworks import mlflow_tracking
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for
 from .._registry import ModelStore
 from .._stores import configured
@@ -130,13 +131,14 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     planning = datetime.now(timezone.utc)
     engine = engine_named(spec.engine)
     began = time.perf_counter()
-    data = open_input(spec.input)
+    data = open_input(spec.input, version=spec.input_version)
     listing = time.perf_counter() - began
     store = ModelStore(spec.registry, db_url=spec.registry_db,
                        storage_options=spec.storage_options)  # fmt: skip
     began = time.perf_counter()
-    source = resolve_model(spec.model_arg, registry=store, device=spec.device,
-                           backend=spec.backend, local=engine.local)  # fmt: skip
+    with mlflow_tracking(spec.mlflow_uri):
+        source = resolve_model(spec.model_arg, registry=store, device=spec.device,
+                               backend=spec.backend, local=engine.local)  # fmt: skip
     # Workers score on the job's device and backend: measure that, not the checker.
     model = (
         source.compiled

@@ -256,7 +256,7 @@ def _with_retries(
                 verify=spec.verify, registry=spec.registry,
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
                 storage_options=spec.storage_options, monitor=checks.reference,
-                before_publish=checks,
+                before_publish=checks, output_format=spec.format, mode=spec.mode,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:

@@ -3,11 +3,14 @@
 ::
 
     name = "nightly-churn"
-    model = "churn@production"                  # or several, scored in one pass:
+    model = "churn@production"                  # or models:/churn@champion (MLflow); several:
     # models = ["churn@production", {model = "churn@7", prefix = "challenger"},
     #           {model = "churn_eu@3", prefix = "eu", where = "region = 'EU'"}]
     input = "/data/features/${RUN_DATE}/"      # ${VAR} from the environment (unset: error)
     output = "/data/scores/${RUN_DATE}/"
+    # input_version = 42                        # a Delta table input: that version
+    # format = "delta"                          # the output a Delta table (or delta:URL)
+    # mode = "append"                           # Delta: error (default) | append | overwrite
     engine = "local"                            # a name in scoring._engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
@@ -22,6 +25,7 @@
     verify = false                              # a complete output's files: sha256, not sizes
     registry = "s3://models/registry"           # default $SCORING_HOME, else per user
     registry_db = "postgresql+psycopg://scoring@db/registry"
+    mlflow_uri = "http://mlflow:5000"           # for models:/ (default MLFLOW_TRACKING_URI)
 
     [storage_options]                           # fsspec's, for the job's object stores
     endpoint_url = "http://minio:9000"          # s3.endpoint_url: for s3:// URLs only
@@ -70,6 +74,7 @@ from pydantic import (
     model_validator,
 )
 
+from .._dataset import DELTA
 from .._engines import ENGINES
 from .._explanations import canonical, parse
 from .._registry import root_url
@@ -153,6 +158,9 @@ class JobSpec(_EngineTables):
     models: list[ModelEntry | str] = Field(default_factory=list)
     input: str
     output: str
+    format: Literal["parquet", "delta"] = "parquet"  # of the output
+    mode: Literal["error", "append", "overwrite"] | None = None  # a Delta output's
+    input_version: int | None = Field(default=None, ge=0)  # a Delta input's
     engine: str = "local"
     deadline: str | None = None
     timezone: str = "UTC"
@@ -166,6 +174,7 @@ class JobSpec(_EngineTables):
     retries: int = Field(default=0, ge=0, le=10)
     verify: bool = False
     registry: str | None = None
+    mlflow_uri: str | None = None  # where models:/ references are read (else MLflow's config)
     registry_db: str | None = None  # a SQLAlchemy URL (see scoring.Registry's db_url)
     storage_options: dict[str, Any] = Field(default_factory=dict)  # see scoring._stores
     resources: Resources = Resources()
@@ -187,6 +196,21 @@ class JobSpec(_EngineTables):
         if type(reasons) is int and reasons > 0 and by in ("absolute", "signed"):
             explain = replace(explain, reasons=reasons, by=by)
         return {**data, "outputs": canonical(scores, explain)}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _delta_prefixes(cls, data: Any) -> Any:
+        """``output = "delta:..."`` is ``format = "delta"``; an input needs no prefix (a
+        Delta table is known by its log)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("input", "output"):
+            if isinstance(data.get(key), str) and data[key].startswith(DELTA):
+                data[key] = data[key][len(DELTA) :]
+                if key == "output":
+                    data.setdefault("format", "delta")
+        return data
 
     @model_validator(mode="after")
     def _one_model_key(self) -> JobSpec:

@@ -1,0 +1,229 @@
+"""Delta Lake output: the journal and staging of :class:`~scoring._commit.Committer`,
+published as one commit to the table's transaction log (delta-rs, no JVM).
+
+A run writes its files under the table's ``_temporary/`` (readers and ``VACUUM`` skip
+``_`` folders) and journals each, as any run does; ``_temporary/_delta_run.json`` names
+the run (an id, its mode, its job key).  Publication moves the files into the table
+folder under ``scoring-<run id>/`` and then adds them all in one commit, which carries
+the application transaction ``scoring-<run id>``: readers see every row of the run in
+one new version, or none of it.
+
+A rerun after a kill finds the run's record: if the table already holds its
+transaction (killed after the commit) the run is complete; otherwise it resumes, the
+journal's files (staged, or already moved) counting as done, and commits once.  A new
+run into a table that exists follows its mode: ``error`` refuses (the default, as
+Spark's and delta-rs's writers do), ``append`` adds a version, ``overwrite`` replaces
+the table's rows in one version.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ._commit import Committer, Entry
+from ._dataset import Fragment, delta_storage_options
+from .errors import DependencyError, OutputError, cause_line
+
+__all__ = ["MODES", "DeltaCommitter"]
+
+MODES = ("error", "append", "overwrite")
+
+
+class DeltaCommitter(Committer):
+    def __init__(
+        self,
+        url: str,
+        *,
+        job: dict[str, Any],
+        mode: str = "error",
+        verify: bool = False,
+        run_id: str | None = None,
+    ):
+        if mode not in MODES:
+            raise OutputError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
+        super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify)
+        self.mode = mode
+        self.run_id = run_id  # set by check_target: the pending run's, or a new one
+        self.table_uri = url
+        _deltalake()  # refused before anything is written when delta-rs is missing
+
+    @property
+    def _record(self) -> str:
+        return f"{self.staging}/_delta_run.json"
+
+    def for_worker(self) -> DeltaCommitter:
+        return DeltaCommitter(self.url, job=self.job, mode=self.mode, run_id=self.run_id)
+
+    def output_for(self, fragment: Fragment) -> str:
+        return f"scoring-{self.run_id}/{super().output_for(fragment)}"
+
+    # -- before writing ------------------------------------------------------------
+
+    def check_target(self, fragments: list[Fragment]) -> bool:
+        """True when this run's commit already landed (a rerun after a kill between the
+        commit and the cleanup); raise when the mode refuses an existing table."""
+        self._forget_listings()
+        pending = self._pending()
+        if pending is not None and pending["job_key"] == self.job_key:
+            self.run_id, self.mode = pending["run"], pending["mode"]
+            if self._committed():
+                self.fs.rm(self.staging, recursive=True)
+                return True
+            return False
+        if pending is not None:  # another job's unfinished run: nothing of it is visible
+            self.fs.rm(self.staging, recursive=True)
+        if self.mode == "error" and self._table() is not None:
+            raise OutputError(
+                f"Delta table {self.url!r} already exists; set the output mode to 'append' "
+                "(this run's rows as a new version) or 'overwrite' (they replace the "
+                "table's rows), or choose a new table"
+            )
+        self.run_id = uuid.uuid4().hex[:16]
+        record = {"run": self.run_id, "mode": self.mode, "job_key": self.job_key}
+        self.fs.makedirs(self.staging, exist_ok=True)
+        self._write_whole(self._record, json.dumps(record).encode())
+        return False
+
+    def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
+        """Journal entries only: a published Delta run leaves no journal behind."""
+        self._forget_listings()
+        wanted = {f.relpath: f for f in fragments}
+        return {
+            e.relpath: e for e in self._entries()
+            if e.relpath in wanted and e.job == self.job_key
+            and e.fingerprint == wanted[e.relpath].fingerprint and self._intact(e)
+        }  # fmt: skip
+
+    def previous_manifest(self) -> dict[str, Any] | None:
+        return None  # the table's log is the record of what was published
+
+    def _pending(self) -> dict[str, Any] | None:
+        if not self.fs.exists(self._record):
+            return None
+        return dict(json.loads(self.fs.cat_file(self._record)))
+
+    def _table(self) -> Any:
+        deltalake = _deltalake()
+        try:
+            return deltalake.DeltaTable(self.table_uri, storage_options=self._options())
+        except deltalake.exceptions.TableNotFoundError:
+            return None
+
+    def _committed(self) -> bool:
+        table = self._table()
+        return table is not None and table.transaction_version(self._app_id) is not None
+
+    @property
+    def _app_id(self) -> str:
+        return f"scoring-{self.run_id}"
+
+    def _options(self) -> dict[str, str]:
+        return delta_storage_options(self.table_uri)
+
+    # -- publication ---------------------------------------------------------------
+
+    def publish(self, entries: Any, *, extra: dict[str, Any]) -> dict[str, Any]:
+        """Move the staged files into the table, then one commit that adds them all."""
+        self._forget_listings()
+        self._begin()
+        self.publication.phase = "committing"  # what a stopped command says
+        entries = sorted(entries, key=lambda e: e.relpath)
+        for e in entries:  # a file not staged was moved by an earlier, interrupted publish
+            staged = f"{self.staging}/{e.output}"
+            if self.fs.exists(staged):
+                self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
+                self.fs.mv(staged, f"{self.root}/{e.output}")
+                self._step("placed a new file")
+        rows = sum(e.rows for e in entries)
+        self._commit(entries, extra=extra, rows=rows)
+        self.publication.phase = "published"
+        self._step("committed the new table version")
+        self.fs.rm(self.staging, recursive=True)
+        return {"job_key": self.job_key, "job": self.job, "rows": rows,
+                "fragments": [e.__dict__ for e in entries], "run": self.run_id,
+                "mode": self.mode, **extra}  # fmt: skip
+
+    def _commit(self, entries: list[Entry], *, extra: dict[str, Any], rows: int) -> None:
+        deltalake = _deltalake()
+        from deltalake.transaction import AddAction, CommitProperties
+
+        now = int(time.time() * 1000)
+        adds = [
+            AddAction(e.output, e.bytes, {}, now, True, json.dumps({"numRecords": e.rows}))
+            for e in entries
+        ]
+        schema = _delta_schema(self._file_schema(entries[0]))
+        metadata = {"scoring.run": self.run_id, "scoring.job_key": self.job_key,
+                    "scoring.rows": rows, "scoring.committed_at": _now(),
+                    **{k: v for k, v in extra.get("metadata", {}).items()
+                       if k.startswith("scoring.")}}  # fmt: skip
+        if "input_snapshot" in extra:  # the input table's version this run read
+            metadata["scoring.input_version"] = extra["input_snapshot"]["version"]
+        properties = CommitProperties(
+            custom_metadata=metadata,
+            app_transactions=[deltalake.Transaction(app_id=self._app_id, version=1)],
+        )
+        table = self._table()
+        try:
+            if table is None:
+                deltalake.transaction.create_table_with_add_actions(
+                    self.table_uri, schema, adds, mode="error",
+                    storage_options=self._options(), commit_properties=properties,
+                )  # fmt: skip
+            else:
+                table.create_write_transaction(
+                    adds, mode=self.mode if self.mode == "overwrite" else "append",
+                    schema=schema, commit_properties=properties,
+                )  # fmt: skip
+        except deltalake.exceptions.DeltaError as exc:
+            raise OutputError(
+                f"cannot commit to Delta table {self.url!r}: {cause_line(exc)}; an "
+                "existing table must have this run's output columns and types (or use "
+                "mode 'overwrite')"
+            ) from exc
+
+    def _file_schema(self, entry: Entry) -> pa.Schema:
+        with self.fs.open(f"{self.root}/{entry.output}", "rb") as f:
+            return pq.read_schema(f)
+
+
+def _deltalake() -> Any:
+    try:
+        import deltalake
+        import deltalake.exceptions
+        import deltalake.transaction
+    except ImportError:
+        raise DependencyError(
+            "Delta Lake outputs need delta-rs: pip install 'scoring[delta]'"
+        ) from None
+    return deltalake
+
+
+def _delta_schema(schema: pa.Schema) -> Any:
+    """The table schema of files written with ``schema``: Delta has no dictionary or
+    large types (the files keep their encodings; readers see the value types)."""
+    from deltalake import Schema
+
+    fields = [pa.field(f.name, _plain(f.type), nullable=True) for f in schema]
+    return Schema.from_arrow(pa.schema(fields))
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(kind):
+        return _plain(kind.value_type)
+    if pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_large_binary(kind):
+        return pa.binary()
+    return kind
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
