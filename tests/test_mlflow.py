@@ -357,3 +357,30 @@ def test_mlflow_is_not_imported_by_scoring() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ}, check=True)  # fmt: skip
     assert out.stdout.strip() == "False"
+
+
+def test_readme_mlflow_examples(tracking_uri: str, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The README's MLflow section, as written, against this server: a churn model in
+    MLflow with the alias champion, features/ and sample.parquet in the folder."""
+    import xgboost
+
+    from .test_readme import SCORING, _sh, block
+
+    rng = np.random.default_rng(12)
+    X = pd.DataFrame(rng.normal(size=(2000, 3)), columns=["tenure", "plan", "spend"])
+    _log("xgboost", "churn", xgboost.XGBClassifier(n_estimators=8).fit(X, X.tenure > X.spend))
+    (tmp_path / "features").mkdir()
+    X.assign(customer_id=np.arange(2000)).to_parquet(tmp_path / "features" / "part-0.parquet")
+    X.iloc[:300].to_parquet(tmp_path / "sample.parquet")
+    monkeypatch.setenv("SCORING_HOME", str(tmp_path / "registry"))
+    monkeypatch.chdir(tmp_path)
+    shell = block("pip install -e '.[mlflow]'").splitlines()
+    assert shell[1] == "export MLFLOW_TRACKING_URI=http://mlflow.internal:5000"
+    said = _sh("\n".join([f"export MLFLOW_TRACKING_URI={tracking_uri}", *shell[2:]]), tmp_path)
+    assert said.splitlines()[0] == "churn@1" and said.splitlines()[-1].startswith("models:/")
+    assert Path(SCORING).exists() and len(pd.read_parquet(tmp_path / "scores-mlflow")) == 2000
+    namespace: dict[str, Any] = {"features": X.iloc[:500]}
+    exec(block("import mlflow\nimport scoring\n\ncm = scoring.compile("), namespace)
+    np.testing.assert_array_equal(namespace["labels"], namespace["cm"].predict(X.iloc[:500]))
+    np.testing.assert_array_equal(namespace["proba"], namespace["cm"].predict_proba(X.iloc[:500]))

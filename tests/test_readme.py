@@ -45,6 +45,10 @@ LEFT_OUT = {
     "export RAY_AUTH_MODE=token": "a two-node Ray: test_ray_cluster.py starts it so",
     "spark-class org.apache.spark.deploy.master.Master": "a Spark standalone cluster: "
     "test_spark_cluster.py starts it so",
+    "pip install -e '.[mlflow]'": "an MLflow tracking server: test_mlflow.py runs it "
+    "against the one it starts",
+    "import mlflow\nimport scoring\n\ncm = scoring.compile(": "an MLflow tracking "
+    "server: test_mlflow.py runs it against the one it starts",
 }
 
 
@@ -67,6 +71,8 @@ RUN = [
     "churn@production",
     'report = scoring.score_parquet("features/", "scores/", [',
     "from scoring.spark import local_session",
+    "import deltalake\nimport pandas as pd",
+    "scoring score --model churn@production --input features_delta/",
 ]
 
 
@@ -182,3 +188,12 @@ def test_spark_example(lake: Path) -> None:
     finally:
         if "spark" in namespace:
             namespace["spark"].stop()
+
+
+def test_delta_examples(lake: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    exec(block(RUN[7]), {"scoring": scoring})
+    assert deltalake.DeltaTable("scores_delta").version() == 1
+    _sh(block(RUN[8]), lake)
+    table = deltalake.DeltaTable("scores_delta")
+    assert table.version() == 2 and len(table.to_pandas()) == 3000
