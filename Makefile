@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-.PHONY: install runtime demo examples test lint bench clean
+.PHONY: install runtime demo examples test lint bench peers clean
 
 # `runtime`: what the product itself needs (torch, then `pip install -e .`), all the
 # demo installs. `install`: that, the optional engines and stores, and the development
@@ -20,16 +20,21 @@ install: $(STAMP)
 # torch goes in first so that the packages depending on it find it satisfied and pull
 # nothing more. No NVIDIA GPU: the CPU build (the local wheel directory pip is configured
 # with, or $(TORCH_CPU_INDEX)). An NVIDIA GPU: PyPI's default Linux build, which is CUDA.
-$(RUNTIME): pyproject.toml Makefile
-	$(PYTHON) -m venv $(VENV)
+# $(1): the venv's bin folder.
+define install_torch
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		echo "NVIDIA GPU found: installing the CUDA build of torch $(TORCH_VERSION)"; \
-		PIP_FIND_LINKS= $(BIN)/pip install "torch==$(TORCH_VERSION)"; \
+		PIP_FIND_LINKS= $(1)/pip install "torch==$(TORCH_VERSION)"; \
 	else \
 		echo "no NVIDIA GPU: installing the CPU build of torch $(TORCH_VERSION)"; \
-		$(BIN)/pip install "torch==$(TORCH_VERSION)" \
+		$(1)/pip install "torch==$(TORCH_VERSION)" \
 			$(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX)); \
 	fi
+endef
+
+$(RUNTIME): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(call install_torch,$(BIN))
 	$(BIN)/pip install -e .
 	touch $(RUNTIME)
 
@@ -66,5 +71,17 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/compile_throughput.py
 
+# The peers a user would pick instead (oneDAL, lleaves, treelite/tl2cgen, ONNX Runtime)
+# in an environment of their own: never the product's dependencies.
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.installed: pyproject.toml benchmarks/peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(call install_torch,$(PEERS_VENV)/bin)
+	$(PEERS_VENV)/bin/pip install -e . -r benchmarks/peers.txt
+	touch $@
+
+peers: $(PEERS_VENV)/.installed
+	$(PEERS_VENV)/bin/python benchmarks/peers.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,9 @@ journal's files (staged, or already moved) counting as done, and commits once.  
 run into a table that exists follows its mode: ``error`` refuses (the default, as
 Spark's and delta-rs's writers do), ``append`` adds a version, ``overwrite`` replaces
 the table's rows in one version.
+
+The Spark engine writes through Spark's own committer (:meth:`publish_files`): its
+``part-*`` files are moved into the run's folder and added in the same one commit.
 """
 
 from __future__ import annotations
@@ -45,10 +48,12 @@ class DeltaCommitter(Committer):
         mode: str = "error",
         verify: bool = False,
         run_id: str | None = None,
+        engine_files: tuple[str, ...] = (),
     ):
         if mode not in MODES:
             raise OutputError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
-        super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify)
+        super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify,
+                         engine_files=engine_files)  # fmt: skip
         self.mode = mode
         self.run_id = run_id  # set by check_target: the pending run's, or a new one
         self.table_uri = url
@@ -141,12 +146,39 @@ class DeltaCommitter(Committer):
                 self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
                 self.fs.mv(staged, f"{self.root}/{e.output}")
                 self._step("placed a new file")
+        return self._committing(entries, extra=extra)
+
+    def publish_files(
+        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The ``prefix*`` files an engine's own committer wrote (Spark's) moved into the
+        run's folder and added in one commit, as :meth:`publish` does."""
+        self._forget_listings()
+        self._begin()
+        self.publication.phase = "committing"
+        folder = f"{self.root}/scoring-{self.run_id}"
+        self.fs.makedirs(folder, exist_ok=True)
+        for path in sorted(self.fs.glob(f"{self.engine_dir}/{prefix}*")):
+            self.fs.mv(path, f"{folder}/{path.rsplit('/', 1)[-1]}")
+            self._step("placed a new file")
+        entries = []
+        for path in sorted(self.fs.glob(f"{folder}/{prefix}*")):
+            name = path[len(self.root) :].lstrip("/")
+            with self.fs.open(path, "rb") as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
+            size = self.fs.size(path)
+            entries.append(Entry(relpath=name, input="", fingerprint="", rows=rows, output=name,
+                                 sha256="", bytes=size, job=self.job_key))  # fmt: skip
+        return self._committing(entries, extra=extra)
+
+    def _committing(self, entries: list[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
         rows = sum(e.rows for e in entries)
         self._commit(entries, extra=extra, rows=rows)
         self.publication.phase = "published"
         self._step("committed the new table version")
         self.fs.rm(self.staging, recursive=True)
-        return {"job_key": self.job_key, "job": self.job, "rows": rows,
+        files = [{"output": e.output, "rows": e.rows, "bytes": e.bytes} for e in entries]
+        return {"job_key": self.job_key, "job": self.job, "rows": rows, "files": files,
                 "fragments": [e.__dict__ for e in entries], "run": self.run_id,
                 "mode": self.mode, **extra}  # fmt: skip
 

@@ -169,9 +169,10 @@ def delta_storage_options(url: str) -> dict[str, str]:
     return {k: str(v) for k, v in options.items() if v}
 
 
-def open_input(url: str, *, version: int | None = None) -> InputDataset:
+def open_input(url: str, *, version: int | str | None = None) -> InputDataset:
     """Discover the input's files and read their footers; raise naming what is wrong.
-    ``version``: a Delta table's version to read (default: its latest)."""
+    ``version``: a Delta table's version to read, or an ISO 8601 time (the version
+    current then); default its latest."""
     url, prefixed = without_delta_prefix(str(url))
     if prefixed or is_delta_table(url):
         return _open_delta(url, version=version)
@@ -222,7 +223,7 @@ def _dataset(
                         partition_columns=partition, conflicts=conflicts)  # fmt: skip
 
 
-def _open_delta(url: str, *, version: int | None) -> InputDataset:
+def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
     """A Delta table's snapshot as an input (see the module docstring)."""
     try:
         from deltalake import DeltaTable
@@ -233,12 +234,20 @@ def _open_delta(url: str, *, version: int | None) -> InputDataset:
         ) from None
     fs, root = fsspec.core.url_to_fs(url)
     root = root.rstrip("/")
+    number = version if isinstance(version, int) else None
+    if isinstance(version, str) and version.isdigit():
+        number = int(version)
     try:
-        table = DeltaTable(url, version=version, storage_options=delta_storage_options(url))
+        table = DeltaTable(url, version=number, storage_options=delta_storage_options(url))
+        if version is not None and number is None:  # a time: the version current then
+            _load_as_of(table, str(version), url)
     except TableNotFoundError:
         raise InputFileError(f"input {url!r} is not a Delta table (no _delta_log)") from None
-    except DeltaError as exc:
-        raise InputFileError(f"cannot read Delta table {url!r}: {cause_line(exc)}") from None
+    except InputFileError:
+        raise
+    except (DeltaError, ValueError) as exc:  # ValueError: a time that is no ISO 8601 time
+        raise InputFileError(f"cannot read Delta table {url!r} at {version or 'its latest'}: "
+                             f"{cause_line(exc)}") from None  # fmt: skip
     _refuse_rewriting_features(table, url)
     schema = pa.schema(table.schema().to_arrow())
     adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
@@ -254,6 +263,23 @@ def _open_delta(url: str, *, version: int | None) -> InputDataset:
     data = _dataset(url, fs, pieces, root, dataset)
     data.snapshot = {"format": "delta", "version": int(table.version())}
     return data
+
+
+def _load_as_of(table: Any, when: str, url: str) -> None:
+    """The table at the version current at ``when`` (ISO 8601; naive means UTC); a time
+    before its first version is refused (delta-rs would give that version)."""
+    from datetime import datetime, timezone
+
+    at = datetime.fromisoformat(when)
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    first = min(int(h["timestamp"]) for h in table.history())  # ms since the epoch
+    if at.timestamp() * 1000 < first:
+        created = datetime.fromtimestamp(first / 1000, timezone.utc).isoformat()
+        raise InputFileError(
+            f"Delta table {url!r} has no version at {when}: its first was committed at "
+            f"{created}; ask for a later time or a version number"
+        )
+    table.load_as_version(at)
 
 
 def _refuse_rewriting_features(table: Any, url: str) -> None:

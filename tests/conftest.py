@@ -89,15 +89,20 @@ def postgres_url(new_postgres_database: Callable[[], str]) -> str:
     return new_postgres_database()
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """A real S3 API (moto's server, its own process on 127.0.0.1), with the AWS
     settings every S3 client here reads from the environment pointing at it."""
     pytest.importorskip("moto.server", reason="moto[server] (an S3 API) is not installed")
     pytest.importorskip("s3fs", reason="s3fs (fsspec's S3 filesystem) is not installed")
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -11,9 +11,11 @@ or refuses as its mode says.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,12 @@ def _table(path: Path, frame: pd.DataFrame, **kwargs: Any) -> None:
     deltalake.write_deltalake(str(path), frame, partition_by=["region"], **kwargs)
 
 
+def _appended(path: Path, frame: pd.DataFrame, commits: int) -> None:
+    """``frame`` as a table of ``commits`` versions (several files per region)."""
+    for part in np.array_split(np.arange(len(frame)), commits):
+        _table(path, frame.iloc[part], mode="append")
+
+
 def _expected(clf: Any, X: pd.DataFrame) -> np.ndarray:
     return np.asarray(clf.predict_proba(X[["a", "b", "c"]])[:, 1])
 
@@ -65,8 +73,7 @@ def test_delta_input_scores_its_snapshot_with_partition_columns(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
 ) -> None:
     path, clf, X = model
-    _table(tmp_path / "in", X.iloc[:1000])
-    _table(tmp_path / "in", X.iloc[1000:], mode="append")
+    _appended(tmp_path / "in", X, 2)
     out = tmp_path / "out"
     report = scoring.score_parquet(tmp_path / "in", out, str(path), keep=["id", "region"],
                                    progress=False)  # fmt: skip
@@ -80,7 +87,17 @@ def test_delta_input_scores_its_snapshot_with_partition_columns(
     # An older version, asked for by number.
     older = scoring.score_parquet(f"delta:{tmp_path / 'in'}", tmp_path / "v0", str(path),
                                   keep=["id"], progress=False, input_version=0)  # fmt: skip
-    assert older.rows == 1000
+    assert older.rows == ROWS // 2  # the first of its two versions
+    # Or by time: the version current when the first was committed; none before it.
+    first = min(h["timestamp"] for h in deltalake.DeltaTable(str(tmp_path / "in")).history())
+    when = datetime.fromtimestamp(first / 1000, timezone.utc)
+    at = scoring.score_parquet(tmp_path / "in", tmp_path / "at", str(path), keep=["id"],
+                               progress=False, input_version=when.isoformat())  # fmt: skip
+    assert at.rows == ROWS // 2
+    with pytest.raises(scoring.errors.InputFileError, match="has no version at"):
+        scoring.score_parquet(tmp_path / "in", tmp_path / "before", str(path), progress=False,
+                              input_version=(when - timedelta(days=1)).isoformat())  # fmt: skip
+    assert not (tmp_path / "before").exists()
 
 
 def test_delta_output_appends_overwrites_or_refuses_as_its_mode_says(
@@ -179,8 +196,7 @@ def test_killed_anywhere_the_rerun_adds_every_row_once_in_one_version(
 ) -> None:  # fmt: skip
     path, clf, X = model
     source = tmp_path / "in"
-    for part in np.array_split(np.arange(ROWS), 3):  # three commits: several files
-        _table(source, X.iloc[part], mode="append")
+    _appended(source, X, 3)
     out = tmp_path / "scores"
     _table(out, pd.DataFrame({"id": [-1], "probability": [0.5], "label": [0]}).assign(
         region="none"))  # version 0: an earlier run's rows  # fmt: skip
@@ -218,8 +234,7 @@ def test_readers_see_no_partial_version_at_any_step(
     from scoring._commit_delta import DeltaCommitter
 
     path, _, X = model
-    for part in np.array_split(np.arange(ROWS), 3):
-        _table(tmp_path / "in", X.iloc[part], mode="append")
+    _appended(tmp_path / "in", X, 3)
     out = tmp_path / "scores"
     seen: list[tuple[str, int]] = []
 
@@ -248,8 +263,6 @@ def test_the_table_is_read_by_deltalake_pandas_and_spark(
     arrow = table.to_pyarrow_table()
     assert arrow.schema.field("region").type == pa.string()
     pytest.importorskip("pyspark")
-    import shutil
-
     if shutil.which("java") is None:
         pytest.skip("Spark needs a Java runtime")
     from scoring.spark import local_session
@@ -287,8 +300,7 @@ def test_ray_engine_reads_and_writes_delta(
     driver commits them once."""
     ray = pytest.importorskip("ray")
     path, clf, X = model
-    for part in np.array_split(np.arange(ROWS), 3):
-        _table(tmp_path / "in", X.iloc[part], mode="append")
+    _appended(tmp_path / "in", X, 3)
     out = tmp_path / "scores"
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
@@ -304,22 +316,57 @@ def test_ray_engine_reads_and_writes_delta(
     np.testing.assert_allclose(rows["probability"], _expected(clf, X), rtol=1e-6)
 
 
-def test_the_spark_engine_refuses_a_delta_output(
+@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime")
+def test_spark_engine_reads_and_writes_delta(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
 ) -> None:
+    """Spark reads the snapshot's files and writes with its own committer; the driver
+    adds Spark's files in one commit (no delta-spark needed)."""
+    pytest.importorskip("pyspark")
+    path, clf, X = model
+    _appended(tmp_path / "in", X, 2)
+    out = tmp_path / "scores"
+    for mode in ("error", "append"):
+        scoring.score_parquet(tmp_path / "in", f"delta:{out}", str(path), engine="spark",
+                              keep=["id", "region"], progress=False, mode=mode,
+                              engine_options={"master": "local[1]"})  # fmt: skip
+    table = deltalake.DeltaTable(str(out))
+    assert table.version() == 1
+    rows = _read(out)
+    assert list(rows["id"]) == sorted([*range(ROWS), *range(ROWS)])
+    np.testing.assert_allclose(rows["probability"][::2], _expected(clf, X), rtol=1e-6)
+
+
+def test_spark_s_own_delta_reader_reads_the_table(
+    tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
+) -> None:
+    """Where delta-spark is installed and its jars can be fetched, Spark's own Delta
+    reader reads what was written."""
+    pytest.importorskip("delta", reason="delta-spark is not installed (pip install delta-spark)")
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
     path, _, X = model
     _table(tmp_path / "in", X)
-    with pytest.raises(scoring.errors.ConfigError, match="local and ray engines"):
-        scoring.score_parquet(tmp_path / "in", f"delta:{tmp_path / 'out'}", str(path),
-                              engine="spark", progress=False)  # fmt: skip
+    scoring.score_parquet(tmp_path / "in", f"delta:{tmp_path / 'out'}", str(path),
+                          keep=["id"], progress=False)  # fmt: skip
+    builder = SparkSession.builder.master("local[1]").config(
+        "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"
+    )
+    try:
+        spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    except Exception as exc:  # its jars come from Maven Central
+        pytest.skip(f"delta-spark's jars could not be fetched from Maven: {exc}")
+    read = spark.read.format("delta").load(str(tmp_path / "out")).toPandas()
+    spark.stop()
+    assert sorted(read["id"]) == list(range(ROWS))
 
 
 def test_a_job_file_appends_a_version_per_run(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
 ) -> None:
     path, _, X = model
-    _table(tmp_path / "features", X.iloc[:600])
-    _table(tmp_path / "features", X.iloc[600:], mode="append")
+    _appended(tmp_path / "features", X.iloc[:1200], 2)
     job = tmp_path / "job.toml"
     job.write_text(
         f'name = "delta-job"\nmodel = "{path}"\ninput = "features/"\ninput_version = 0\n'

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,16 +30,12 @@ from typer.testing import CliRunner
 import scoring
 from scoring.cli import app
 
+from .conftest import free_port
+
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
 pytestmark = pytest.mark.timeout(600)
 runner = CliRunner()
 FEATURES = ["age", "income", "tenure", "visits"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +43,14 @@ def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real MLflow tracking server and model registry, as MLflow's own configuration
     (``MLFLOW_TRACKING_URI``) for the module."""
     home = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
+    port = free_port()
+    # Its job runner (a scheduler and consumer processes) serves nothing these tests use.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1", "--backend-store-uri", f"sqlite:///{home}/mlflow.db",
          "--artifacts-destination", str(home / "artifacts")],
-        stdout=(home / "server.log").open("wb"), stderr=subprocess.STDOUT,
+        stdout=(home / "server.log").open("wb"), stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     uri = f"http://127.0.0.1:{port}"
     while server.poll() is None:
@@ -259,7 +256,7 @@ def test_bad_mlflow_references_are_one_line_and_write_nothing(
     ref, uri, says = {
         "unknown model": ("models:/nobody/1", tracking_uri, "MLflow has no model"),
         "unknown alias": ("models:/xgb_frame@nowhere", tracking_uri, "MLflow has no model"),
-        "unreachable server": (logged["xgboost"], f"http://127.0.0.1:{_free_port()}",
+        "unreachable server": (logged["xgboost"], f"http://127.0.0.1:{free_port()}",
                                "is unreachable"),
         "no tree model": ("", tracking_uri, "has no tree-model flavor"),
         "pickled": (logged["sklearn_pickle"], tracking_uri, "serialization_format='skops'"),

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 import scoring
 
+from .conftest import free_port
 from .test_score_parquet import assert_native_parity, model_frame, write_input
 
 pytest.importorskip("pyspark")
@@ -34,19 +34,13 @@ SUBMIT = [str(BIN / "spark-submit"), "--conf", f"spark.pyspark.python={sys.execu
 ROWS, FILES = 100_000, 10
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A standalone master and one worker of one core on 127.0.0.1: the master URL."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs a Java runtime and none was found")
     logs = tmp_path_factory.mktemp("spark-cluster")
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     started: list[subprocess.Popen[bytes]] = []

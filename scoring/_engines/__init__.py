@@ -73,12 +73,13 @@ def score_parquet(
     before_publish: Callable[[ScoreReport], None] | None = None,
     output_format: str | None = None,
     mode: str | None = None,
-    input_version: int | None = None,
+    input_version: int | str | None = None,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
     ``input`` may be a Delta Lake table (a folder with ``_delta_log``, or ``delta:URL``):
-    its latest version, or ``input_version``, is read and recorded.  ``output_format``
+    its latest version, or ``input_version`` (a number, or an ISO 8601 time: the version
+    current then), is read and recorded.  ``output_format``
     ``"delta"`` (or an output written ``delta:URL``) writes a Delta table in one commit;
     ``mode`` ``error`` (default: refuse an existing table), ``append`` or ``overwrite``.
 

@@ -406,10 +406,9 @@ def _committer(
     overwrite: bool, verify: bool, engine: Engine,
 ) -> Committer:  # fmt: skip
     if output_format == "delta":
-        if engine.engine_files:
-            raise ConfigError("a Delta output is written by the local and ray engines")
         mode = mode or ("overwrite" if overwrite else "error")
-        return DeltaCommitter(output, job=job, mode=mode, verify=verify)
+        return DeltaCommitter(output, job=job, mode=mode, verify=verify,
+                              engine_files=engine.engine_files)  # fmt: skip
     if output_format != "parquet":
         raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
     if mode not in (None, "error", "overwrite"):
@@ -445,16 +444,15 @@ def _check_apart(input_url: str, output_url: str) -> None:
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     """Publish what the engine wrote (staged files, or its own ``engine_files``), then
     the manifest and ``_SUCCESS``; returns the number of output files."""
-    metadata = scored.metadata or output_metadata(run.model)
+    extra: dict[str, Any] = {"metadata": scored.metadata or output_metadata(run.model)}
+    if run.data.snapshot is not None:  # the input version read (a Delta table's)
+        extra["input_snapshot"] = run.data.snapshot
     if scored.entries is None:
         manifest = run.committer.publish_files(
-            run.data.fragments, prefix=engine.engine_files[0], extra={"metadata": metadata}
+            run.data.fragments, prefix=engine.engine_files[0], extra=extra
         )
         return len(manifest["files"])
     entries = [*run.done.values(), *scored.entries]
-    extra = {"metadata": metadata}
-    if run.data.snapshot is not None:  # the input version read (a Delta table's)
-        extra["input_snapshot"] = run.data.snapshot
     run.committer.publish(entries, extra=extra)
     return len(entries)
 

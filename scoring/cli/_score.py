@@ -117,8 +117,10 @@ def score(
     mode: str | None = typer.Option(
         None, help="a Delta output that exists: error (default), append or overwrite"
     ),
-    input_version: int | None = typer.Option(
-        None, min=0, help="a Delta table input: read this version (default: the latest)"
+    input_version: str | None = typer.Option(
+        None,
+        help="a Delta table input: read this version, or the one current at an ISO 8601 "
+        "time (default: the latest)",
     ),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
     mlflow_uri: str | None = MLFLOW_URI_OPTION,

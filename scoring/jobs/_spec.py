@@ -160,7 +160,7 @@ class JobSpec(_EngineTables):
     output: str
     format: Literal["parquet", "delta"] = "parquet"  # of the output
     mode: Literal["error", "append", "overwrite"] | None = None  # a Delta output's
-    input_version: int | None = Field(default=None, ge=0)  # a Delta input's
+    input_version: int | str | None = None  # a Delta input's version, or an ISO 8601 time
     engine: str = "local"
     deadline: str | None = None
     timezone: str = "UTC"
