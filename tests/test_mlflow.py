@@ -305,7 +305,7 @@ def exported(logged: dict[str, str], tracking_uri: str,
 def test_exported_pyfunc_scores_as_scoring(exported: tuple[scoring.Registry, str]) -> None:
     reg, uri = exported
     X = _rows(1000, seed=8)
-    cm = reg.load("churn@1")
+    cm = reg.load("churn@1", backend="tensor")  # what an export compiles with
     model = mlflow.pyfunc.load_model(uri)
     np.testing.assert_array_equal(model.predict(X), cm.predict(X))
     for method in ("predict_proba", "predict_raw"):
@@ -342,7 +342,7 @@ def test_exported_pyfunc_through_spark_udf(exported: tuple[scoring.Registry, str
         probabilities = frame.select(proba(*FEATURES).alias("p")).toPandas()["p"]
     finally:
         spark.stop()
-    cm = reg.load("churn@1")
+    cm = reg.load("churn@1", backend="tensor")
     np.testing.assert_array_equal(labels.to_numpy(), cm.predict(X).astype(float))
     np.testing.assert_allclose(np.stack(probabilities.to_numpy()), cm.predict_proba(X),
                                rtol=0, atol=0)  # fmt: skip

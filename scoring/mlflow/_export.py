@@ -26,14 +26,17 @@ def export_model(
     name: str = "model",
     registered_model_name: str | None = None,
     tracking_uri: str | None = None,
+    backend: str = "tensor",
 ) -> Any:
     """Log version ``ref`` of ``registry`` as an MLflow pyfunc model named ``name`` (in
     the active run, else a new one) and register it as ``registered_model_name`` when
     given; returns MLflow's ``ModelInfo`` (``model_uri``, ``registered_model_version``).
 
     ``mlflow.pyfunc.load_model(info.model_uri).predict(df)`` returns what
-    ``scoring.compile(...).predict(df)`` does; ``params={"method": "predict_proba"}``
-    (or ``predict_raw``) what those methods do.
+    ``scoring.compile(..., backend=backend).predict(df)`` does;
+    ``params={"method": "predict_proba"}`` (or ``predict_raw``) what those methods do.
+    ``backend``: what the loaded model compiles with (a fixed one, so that every
+    process that loads it scores alike; see :mod:`._pyfunc`).
     """
     mlflow = _mlflow()
     store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
@@ -50,6 +53,7 @@ def export_model(
                 signature=_signature(mlflow, bundle),
                 pip_requirements=[f"scoring=={__version__}"],
                 registered_model_name=registered_model_name,
+                model_config={"backend": backend},
                 metadata={"scoring.model": bundle.ref, "scoring.sha256": bundle.sha256},
             )
         finally:

@@ -1,7 +1,9 @@
 """The MLflow pyfunc model of an exported version: what ``mlflow.pyfunc.load_model``
 runs.  MLflow logs this file as the model's code (no pickle) and the version's bundle as
-its artifact; loading verifies the bundle's sha256 and compiles it on the device that
-``SCORING_DEVICE`` names (default ``auto``: CUDA when there is one).
+its artifact; loading verifies the bundle's sha256 and compiles it with the backend the
+export named (``model_config``; default ``tensor``, not ``auto``: every Spark executor
+then runs the same code, whatever its load when it timed the candidates) on the device
+that ``SCORING_DEVICE`` names (default ``auto``: CUDA when there is one).
 
 ``predict(df, params={"method": ...})``: ``predict`` (default; what the framework's own
 ``predict`` returns), ``predict_proba`` or ``predict_raw``, as
@@ -27,7 +29,8 @@ class CompiledForest(PythonModel):
 
         bundle = Bundle.from_bytes(Path(context.artifacts["bundle"]).read_bytes())
         device = os.environ.get("SCORING_DEVICE", "auto")
-        self.compiled = compile_model(bundle, device=device)
+        backend = (context.model_config or {}).get("backend", "tensor")
+        self.compiled = compile_model(bundle, device=device, backend=backend)
 
     # No annotations: MLflow reads predict's type hints as a signature, and ours is logged.
     def predict(self, context, model_input, params=None):
