@@ -114,6 +114,13 @@ def logged(tracking_uri: str) -> dict[str, str]:
         model_format="json",
         signature=infer_signature(X, reg.predict(X.to_numpy())),
     )
+    named_by_signature = lightgbm.train({"objective": "regression", "verbose": -1},
+                                        lightgbm.Dataset(X.to_numpy(), X["age"].to_numpy()),
+                                        num_boost_round=10)  # fmt: skip
+    refs["lightgbm_signature"] = _log(
+        "lightgbm", "lgb_numpy", named_by_signature,
+        signature=infer_signature(X, named_by_signature.predict(X.to_numpy())),
+    )  # fmt: skip
     booster = lightgbm.train({"objective": "binary", "verbose": -1, "num_leaves": 8},
                              lightgbm.Dataset(X, y), num_boost_round=20)  # fmt: skip
     refs["lightgbm_booster"] = _log("lightgbm", "lgb_booster", booster)
@@ -170,15 +177,21 @@ def test_models_uri_scores_as_mlflow_predict(logged: dict[str, str], flavor: str
         np.testing.assert_allclose(ours, margins, rtol=1e-6, atol=1e-6)
 
 
-def test_signature_names_an_unnamed_model(logged: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("flavor", ["xgboost_json", "lightgbm_signature"])
+def test_signature_names_an_unnamed_model(
+    logged: dict[str, str], tmp_path: Path, flavor: str
+) -> None:
     reg = scoring.Registry(tmp_path / "reg")
-    mv = reg.register("numpy_trained", logged["xgboost_json"])
+    mv = reg.register("numpy_trained", logged[flavor])
     assert mv.schema.feature_names == FEATURES
     assert json.loads(mv.tags["mlflow.signature"])[0]["name"] == "age"
     # Named columns in another order are matched by name.
     X = _rows(300, seed=3)
     shuffled = X[list(reversed(FEATURES))]
-    np.testing.assert_array_equal(reg.load(mv.ref).predict(shuffled), reg.load(mv.ref).predict(X))
+    ours = reg.load(mv.ref).predict(X)
+    np.testing.assert_array_equal(reg.load(mv.ref).predict(shuffled), ours)
+    own = np.asarray(mlflow.pyfunc.load_model(logged[flavor]).predict(X))
+    np.testing.assert_allclose(ours, own.astype(ours.dtype), rtol=1e-6)
 
 
 def test_cli_registers_and_scores_models_uri(

@@ -314,10 +314,15 @@ def _named(model: Any, names: list[str], ref: str) -> Any:
 
 def _rename(model: Any, names: list[str]) -> Any:
     """The same model with ``names`` as its recorded feature names, in its own format
-    (what the registry stores), where the framework keeps names; else unchanged."""
+    (what the registry stores)."""
+    import lightgbm
     import xgboost
 
-    if isinstance(model, xgboost.Booster):
+    if isinstance(model, lightgbm.Booster):
+        return _renamed_lightgbm(model, names)
+    if isinstance(model, lightgbm.LGBMModel):
+        model._Booster = _renamed_lightgbm(model.booster_, names)
+    elif isinstance(model, xgboost.Booster):
         model.feature_names = names
     elif isinstance(model, xgboost.XGBModel):
         model.get_booster().feature_names = names
@@ -326,3 +331,14 @@ def _rename(model: Any, names: list[str]) -> Any:
 
         model.feature_names_in_ = np.asarray(names, dtype=object)
     return model
+
+
+def _renamed_lightgbm(booster: Any, names: list[str]) -> Any:
+    """A LightGBM booster whose model text names its features ``names`` (the text is
+    where LightGBM keeps them; it has no setter)."""
+    import lightgbm
+
+    lines = booster.model_to_string().splitlines()
+    lines = [f"feature_names={' '.join(names)}" if line.startswith("feature_names=") else line
+             for line in lines]  # fmt: skip
+    return lightgbm.Booster(model_str="\n".join(lines) + "\n")
