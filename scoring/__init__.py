@@ -13,10 +13,11 @@ The stable surface::
     scoring.score_parquet("s3://in/", "s3://out/", "churn@production", keep=["id"])
     scoring.spark.register_udf(spark, "score_churn", "churn@production")
     scoring.ray.score_dataset(ds, "churn@production")
+    scoring.mlflow.export_model("churn@production")   # MLflow pyfunc; models:/ refs in
 
-Every name is imported on first use (``scoring.ray``, ``scoring.spark`` and
-``scoring.jobs`` too), so ``import scoring`` pulls in neither torch, the frameworks,
-Ray nor PySpark until they are needed.
+Every name is imported on first use (``scoring.ray``, ``scoring.spark``,
+``scoring.mlflow`` and ``scoring.jobs`` too), so ``import scoring`` pulls in neither
+torch, the frameworks, Ray, PySpark nor MLflow until they are needed.
 """
 
 from __future__ import annotations
