@@ -172,7 +172,8 @@ def _not_found(ref: str, uri: str, exc: Any) -> ModelNotFoundError:
     first = str(exc.message if hasattr(exc, "message") else exc).splitlines()[0]
     return ModelNotFoundError(
         f"MLflow has no model {ref!r} at {uri} ({first}); check the name, version or "
-        "alias with `mlflow models` or the MLflow UI"
+        "alias in the MLflow UI (or MlflowClient().search_model_versions), and that "
+        "MLFLOW_TRACKING_URI (--mlflow-uri) names the right server"
     )
 
 
