@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from ._commit import Committer, Entry
 from ._dataset import Fragment, delta_storage_options
-from .errors import DependencyError, OutputError, cause_line
+from .errors import ConfigError, DependencyError, OutputError, cause_line
 
 __all__ = ["MODES", "DeltaCommitter"]
 
@@ -51,7 +51,7 @@ class DeltaCommitter(Committer):
         engine_files: tuple[str, ...] = (),
     ):
         if mode not in MODES:
-            raise OutputError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
+            raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
         super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify,
                          engine_files=engine_files)  # fmt: skip
         self.mode = mode
