@@ -83,9 +83,9 @@ def _target(X: pd.DataFrame) -> np.ndarray:
 def _log(flavor: str, name: str, model: Any, **kwargs: Any) -> str:
     """Log ``model`` with ``mlflow.<flavor>.log_model``, register it as ``name`` and point
     the alias ``champion`` at the new version: its ``models:/`` reference."""
-    with mlflow.start_run():
+    with mlflow.start_run():  # requirements given: MLflow infers them in a subprocess
         info = getattr(mlflow, flavor).log_model(
-            model, name="model", registered_model_name=name, **kwargs
+            model, name="model", registered_model_name=name, pip_requirements=[], **kwargs
         )
     client = mlflow.MlflowClient()
     client.set_registered_model_alias(name, "champion", info.registered_model_version)
@@ -251,7 +251,7 @@ def _no_tree_model(tmp_path: Path) -> str:
         "mlflow.models.set_model(Constant())\n"
     )
     with mlflow.start_run():
-        mlflow.pyfunc.log_model(name="model", python_model=str(code),
+        mlflow.pyfunc.log_model(name="model", python_model=str(code), pip_requirements=[],
                                 registered_model_name="constant")  # fmt: skip
     return "models:/constant/1"
 
