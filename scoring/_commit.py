@@ -362,14 +362,18 @@ class Committer:
         for name in sorted(set(old) - keep):
             self._remove(f"{self.root}/{name}")
             self._step("removed a file of the previous run")
-        for e in entries:  # a file not staged was placed by an earlier, interrupted publish
-            if e.output in staged:
-                self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
-                self.fs.mv(f"{self.staging}/{e.output}", f"{self.root}/{e.output}")
-                self._step("placed a new file")
+        # A file not staged was placed by an earlier, interrupted publish.
+        self._place([e.output for e in entries if e.output in staged])
         manifest = self._finish([e.__dict__ for e in entries], extra)
         self.fs.rm(self.staging, recursive=True)
         return manifest
+
+    def _place(self, names: list[str]) -> None:
+        """Move staged files to the same names in the output, one step each."""
+        for name in names:
+            self.fs.makedirs(f"{self.root}/{name}".rsplit("/", 1)[0], exist_ok=True)
+            self.fs.mv(f"{self.staging}/{name}", f"{self.root}/{name}")
+            self._step("placed a new file")
 
     def publish_files(
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]

@@ -140,12 +140,8 @@ class DeltaCommitter(Committer):
         self._begin()
         self.publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
-        for e in entries:  # a file not staged was moved by an earlier, interrupted publish
-            staged = f"{self.staging}/{e.output}"
-            if self.fs.exists(staged):
-                self.fs.makedirs(f"{self.root}/{e.output}".rsplit("/", 1)[0], exist_ok=True)
-                self.fs.mv(staged, f"{self.root}/{e.output}")
-                self._step("placed a new file")
+        # A file not staged was moved by an earlier, interrupted publish.
+        self._place([e.output for e in entries if self.fs.exists(f"{self.staging}/{e.output}")])
         return self._committing(entries, extra=extra)
 
     def publish_files(

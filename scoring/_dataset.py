@@ -16,6 +16,7 @@ what a file's rows or columns mean without rewriting it: tables with either are 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,8 +156,6 @@ def is_delta_table(url: str) -> bool:
 def delta_storage_options(url: str) -> dict[str, str]:
     """delta-rs's options for ``url``'s object store, from fsspec's configuration (the
     command's storage options, :mod:`scoring._stores`) and the AWS environment."""
-    import os
-
     protocol = fsspec.utils.get_protocol(url)
     if protocol not in ("s3", "s3a"):
         return {}
