@@ -52,6 +52,9 @@ class CompiledModel:
 
     forest: Forest
     implementation: Backend = field(repr=False)
+    #: ``auto`` on CPU: each candidate's seconds on the probe rows (``native``,
+    #: ``tensor:<strategy>``); ``fused`` on CPU: its schedule (``fused.top_depth``,
+    #: ``fused.uniform``, ``fused.block``, ``fused.vector``), measured for this model.
     selection: dict[str, float] = field(default_factory=dict)
     #: Where the model came from: name and version when it came from a registry or a
     #: Bundle, and the sha256 of its canonical bytes (computed on first use otherwise).
@@ -212,7 +215,18 @@ def compile_imported(
             if strategy == "auto" and fused_pays(forest):
                 candidates.append(TensorBackend(forest, device=dev, strategy="fused"))
             impl, timings = _fastest_on_cpu(forest, candidates)
+    timings.update(_schedule_of(impl))
     return CompiledModel(forest=forest, implementation=impl, selection=timings, _source=model)
+
+
+def _schedule_of(impl: Backend) -> dict[str, float]:
+    """``fused`` on CPU: the layout and schedule measured for this model, as numbers."""
+    walk = getattr(getattr(impl, "module", None), "generic", None)
+    if walk is None:
+        return {}
+    s = walk.schedule
+    return {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
+            "fused.block": s.block, "fused.vector": float(s.vector)}  # fmt: skip
 
 
 def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:

@@ -1,6 +1,8 @@
-"""The ``fused`` strategy: compiled row blocks, how often it compiles, and selection.
+"""The ``compiled`` walk (``fused`` on CUDA): compiled row blocks, how often it compiles;
+``fused``'s selection by ``auto``.  The shared CPU kernel of ``fused`` is in
+test_generic.py.
 
-Its parity with native on every recipe is in test_parity.py (it is one of STRATEGIES).
+Parity with native on every recipe is in test_parity.py (both are in its STRATEGIES).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def _graphs() -> int:
 
 def test_a_job_with_ragged_batches_compiles_once(tmp_path: Path) -> None:
     model, forest, native = built("lgb_cat")
-    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
-    assert cm.strategy == "fused" and "compiled in row blocks" in cm.strategy_reason
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="compiled")
+    assert cm.strategy == "compiled" and "compiled in row blocks" in cm.strategy_reason
     rows = probe_rows(forest, n_rows=9_000, seed=5)
     source = tmp_path / "input"
     source.mkdir()
@@ -52,7 +54,7 @@ def test_a_job_with_ragged_batches_compiles_once(tmp_path: Path) -> None:
 
 def test_every_row_of_a_padded_block_is_its_own() -> None:
     model, forest, native = built("xgb_multi")
-    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="compiled")
     rows = probe_rows(forest, n_rows=5_000, seed=9).astype(np.float32)
     whole = cm.predict_raw(rows)
     before = _graphs()

@@ -1,5 +1,5 @@
-"""Ahead-of-time packages of the ``fused`` walk: left by the first process, loaded by the
-next without compiling, never stale, never half written.
+"""Ahead-of-time packages of the ``compiled`` walk (``fused`` on CUDA): left by the first
+process, loaded by the next without compiling, never stale, never half written.
 
 The suite runs with packages off (conftest); these tests turn them on in a folder of
 their own.
@@ -30,7 +30,7 @@ _SECOND = """
 import json, sys
 import numpy as np
 import scoring
-cm = scoring.compile(sys.argv[1], backend="tensor", device="cpu", strategy="fused")
+cm = scoring.compile(sys.argv[1], backend="tensor", device="cpu", strategy="compiled")
 raw = cm.predict_raw(np.load(sys.argv[2]))
 print(json.dumps({"raw": raw.ravel().tolist(), "dynamo": "torch._dynamo" in sys.modules}))
 """
@@ -54,7 +54,7 @@ def test_a_second_process_loads_the_package_without_compiling(
     rows = probe_rows(forest, n_rows=300, seed=4).astype(np.float32)
     np.save(rows_file, rows)
 
-    cm = scoring.compile(str(model_file), backend="tensor", device="cpu", strategy="fused")
+    cm = scoring.compile(str(model_file), backend="tensor", device="cpu", strategy="compiled")
     first = cm.predict_raw(rows)
     blocks = cm.implementation.module.blocks
     assert blocks.store is not None and blocks.store.wait() == [0]  # the builder succeeded
@@ -67,7 +67,7 @@ def test_a_second_process_loads_the_package_without_compiling(
 
 
 def _walk_digest(forest: object, store: PackageStore, rows: torch.Tensor) -> str:
-    module, _ = compile_forest(forest, device=torch.device("cpu"), strategy="fused")  # type: ignore[arg-type]
+    module, _ = compile_forest(forest, device=torch.device("cpu"), strategy="compiled")  # type: ignore[arg-type]
     assert module.blocks is not None
     return store.digest(module.blocks.walk, rows)
 

@@ -39,7 +39,7 @@ INEXACT_RAW = {
 }
 #: The GPU suite (benchmarks/gpu) reruns this file with SCORING_TEST_DEVICE=cuda.
 DEVICE = os.environ.get("SCORING_TEST_DEVICE", "cpu")
-STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal", "fused"]
+STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal", "fused", "compiled"]
 
 
 @cache
@@ -117,7 +117,8 @@ def exact_margins(name: str, cm: Any) -> bool:
     """Whether margins must equal native's bit for bit.  Not yet for ``fused`` on CUDA:
     its tree sum is inductor's reduction, in order on CPU (held here), not measured on a
     GPU; eager strategies add tree by tree on every device."""
-    return name not in INEXACT_RAW and not (cm.strategy == "fused" and DEVICE != "cpu")
+    generated = cm.strategy in ("fused", "compiled") and DEVICE != "cpu"
+    return name not in INEXACT_RAW and not generated
 
 
 PARITY = settings(

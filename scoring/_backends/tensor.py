@@ -83,9 +83,10 @@ class TensorBackend:
         runs them: one call spread over every core waits at each op for its slowest
         thread, and on a busy machine that one shares a core with the reader or the
         writer (one batch: 46 ms on one thread, 1,068 ms on two, measured under load).
-        Not ``fused``: its compiled blocks hold the interpreter lock, so calls side by
-        side would take turns on one thread each.  A GPU takes one call at a time."""
-        if self.device.type != "cpu" or self.strategy == "fused":
+        Not ``compiled``: its compiled blocks hold the interpreter lock, so calls side by
+        side would take turns on one thread each (``fused`` on CPU lets go of it).  A
+        GPU takes one call at a time."""
+        if self.device.type != "cpu" or getattr(self.module, "blocks", None) is not None:
             return None
         self.threads_per_call = 1
         # What the calls restore: read here, before any runs, since a call starting

@@ -12,10 +12,14 @@ Every strategy's tables are sized before anything is allocated (:data:`LAYOUT_BY
 ``auto`` passes over a layout past ``max_layout_bytes``, and a forced strategy past it
 raises :class:`ResourceLimitError` naming the strategies that fit.
 
-``fused`` (see :mod:`.fused`) costs a torch.compile, so it is picked only for forests
-large enough to repay that (:func:`fused_pays`): on CUDA always, since the GPU suite
-measured it fastest at every batch size from 1k rows (benchmarks/results/gpu/); on CPU
-the backend selection times it against the others and native.  A forced
+``fused`` walks every tree of a row block in one kernel.  On CPU that is one C++ kernel
+compiled once per machine, the forest passed as tables, with its layout and schedule
+chosen per model by measurement (:mod:`.generic`); the backend selection times it
+against the others and native.  On CUDA it is ``compiled``: the walk generated and
+compiled per model by torch.compile (:mod:`.fused`), picked for forests large enough
+to repay that (:func:`fused_pays`), since the GPU suite measured it fastest at every
+batch size from 1k rows (benchmarks/results/gpu/).  ``compiled`` runs on CPU too, as
+the code CUDA runs, testable where there is no GPU.  A forced
 ``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitError`.
 """
 
@@ -31,6 +35,7 @@ from .._ir import Forest
 from ..errors import CompileError, ResourceLimitError
 from .chain import ChainForest
 from .fused import FusedBlocks
+from .generic import GenericWalk
 from .kernels import (
     ZERO_THRESHOLD,
     Gemm,
@@ -133,9 +138,10 @@ def fused_pays(forest: Forest) -> bool:
 class TensorForest(nn.Module):
     """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included).
 
-    After :meth:`compile_blocks` (strategy ``fused``) the walk runs trees-outermost and
-    every row block goes through one compiled kernel (:mod:`.fused`); leaf ids still
-    come from the eager walk.
+    After :meth:`compile_blocks` (strategy ``compiled``, and ``fused`` on CUDA) the walk
+    runs trees-outermost and every row block goes through one compiled kernel
+    (:mod:`.fused`); after :meth:`use_generic` (``fused`` on CPU) the sums come from the
+    shared C++ kernel (:mod:`.generic`).  Leaf ids come from the eager walk.
     """
 
     base_score: torch.Tensor
@@ -153,6 +159,7 @@ class TensorForest(nn.Module):
         self.paths = paths
         self.leaves = leaves
         self.blocks: FusedBlocks | None = None
+        self.generic: GenericWalk | None = None
         self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
         self.register_buffer(
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
@@ -166,6 +173,8 @@ class TensorForest(nn.Module):
         self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.generic is not None:
+            return self._finish(self.generic.sums(self._snapped(x), self._start(x)))
         if self.blocks is not None:
             return self.blocks(x)
         parts = [self._margins(chunk) for chunk in torch.split(x, self.chunk_rows)]
@@ -175,6 +184,12 @@ class TensorForest(nn.Module):
         """Route :meth:`forward` through compiled row blocks (once on its device)."""
         device = self.base_score.device
         self.blocks = FusedBlocks(_PreparedWalk(self), prepare=self._prepared, device=device)
+
+    def use_generic(self, forest: Forest) -> GenericWalk:
+        """Route :meth:`forward` through the shared CPU kernel; its schedule is chosen
+        here, by measurement."""
+        self.generic = GenericWalk(forest, acc=self.acc_dtype)
+        return self.generic
 
     def _snapped(self, x: torch.Tensor) -> torch.Tensor:
         if not self.zero_snap:
@@ -267,7 +282,11 @@ def compile_forest(
     leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
     module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost)
     module = module.to(device).eval()
-    if built.fused:
+    if built.fused and choice.name == "fused" and device.type == "cpu":
+        schedule = module.use_generic(forest).schedule
+        choice = StrategyChoice(choice.name, f"{choice.reason}; one kernel for every forest, "
+                                f"{schedule.described()}")  # fmt: skip
+    elif built.fused:
         module.compile_blocks()
         walk = getattr(built.paths, "name", "tree")
         choice = StrategyChoice(choice.name, f"{choice.reason}; {walk} compiled in row blocks")
@@ -299,7 +318,7 @@ def _check_fits(forest: Forest, strategy: str, max_bytes: int) -> None:
     """Refuse a strategy whose tables would pass ``max_bytes``, before building any
     (``fused`` builds the perfect layout where it fits, else the traversal one)."""
     layout = strategy
-    if strategy == "fused":
+    if strategy in ("fused", "compiled"):
         layout = "perfect_tree_traversal" if _perfect_fits(forest, max_bytes) else "tree_traversal"
     need = LAYOUT_BYTES[layout](forest)
     if need <= max_bytes:
@@ -334,7 +353,8 @@ def _traversal(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes
 
 
 def _fused(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: int) -> _Built:
-    """The perfect walk where it fits (no child gathers), else the plain one, compiled."""
+    """The perfect walk where it fits (no child gathers), else the plain one: compiled,
+    or (``fused`` on CPU) the eager walk for leaf ids beside the shared kernel."""
     built = (_perfect if _perfect_fits(forest, max_bytes) else _traversal)(forest, test, max_bytes)
     return replace(built, row_cost=forest.n_features, fused=True)  # no [B, T] scratch
 
@@ -349,5 +369,6 @@ _BUILDERS: dict[str, _Builder] = {
     "tree_traversal": _traversal,
     "perfect_tree_traversal": _perfect,
     "fused": _fused,
+    "compiled": _fused,
 }
 STRATEGIES = tuple(_BUILDERS)

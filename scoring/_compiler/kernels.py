@@ -60,6 +60,18 @@ ZERO_THRESHOLD = {
 }
 
 
+def pack_node_flags(p: NodeParams) -> np.ndarray:
+    """Each node's feature and flags in one int32 (:class:`NodeTest`, walk.cpp)."""
+    if p.feature.size and int(p.feature.max()) > _FEATURE_MASK:
+        raise CompileError(f"a split on feature {int(p.feature.max())}: at most 2**28 features")
+    return (
+        p.feature.astype(np.int32)
+        | np.where(p.default_left, _DEFAULT_LEFT, 0).astype(np.int32)
+        | np.where(p.missing_zero, _MISSING_ZERO, 0).astype(np.int32)
+        | np.where(p.is_cat, _IS_CAT, 0).astype(np.int32)
+    )
+
+
 class NodeTest(nn.Module):
     """Flattened node parameters ``[T * N]`` and the decision at a node.
 
@@ -79,15 +91,7 @@ class NodeTest(nn.Module):
     def __init__(self, p: NodeParams, bits: BitsetTables, *, cat_check_before_trunc: bool):
         super().__init__()
         self.width = int(p.feature.shape[1])
-        if p.feature.size and int(p.feature.max()) > _FEATURE_MASK:
-            raise CompileError(f"a split on feature {int(p.feature.max())}: at most 2**28 features")
-        packed = (
-            p.feature.astype(np.int32)
-            | np.where(p.default_left, _DEFAULT_LEFT, 0).astype(np.int32)
-            | np.where(p.missing_zero, _MISSING_ZERO, 0).astype(np.int32)
-            | np.where(p.is_cat, _IS_CAT, 0).astype(np.int32)
-        )
-        _buffer(self, "packed", packed.reshape(-1))
+        _buffer(self, "packed", pack_node_flags(p).reshape(-1))
         _buffer(self, "thr32", threshold32(p.threshold).reshape(-1))
         _buffer(self, "thr64", p.threshold.reshape(-1))
         self.has_zero = bool(p.missing_zero.any())

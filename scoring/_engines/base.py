@@ -154,6 +154,9 @@ class ScoreReport:
     strategy: str | None
     device: str
     outputs: list[str] = field(default_factory=list)
+    #: Why that strategy, and how it walks this model (``fused`` on CPU: the layout and
+    #: schedule measured for it), as the driver compiled it.
+    strategy_reason: str = ""
     #: A set's models: prefix, name, version, sha256, backend, scoring seconds (shared
     #: by the models one combined forest scores); empty for one model.
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -492,6 +495,7 @@ def report(
         # what the workers actually ran, not the driver's checking model
         backend=meta.get("scoring.backend", run.model.backend),
         strategy=meta.get("scoring.strategy", run.model.strategy or "") or None,
+        strategy_reason=getattr(run.model, "strategy_reason", ""),
         device=meta.get("scoring.device", str(run.model.device)),
         outputs=run.scorer.output_names,
         already_complete=run.complete,

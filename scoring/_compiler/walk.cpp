@@ -1,0 +1,378 @@
+// The generic CPU walk: one kernel for every forest, the forest passed as tables.
+//
+// Compiled once per machine by scoring/_compiler/generic.py (its docstring says why and
+// how).  Node semantics are NodeTest's (scoring/_compiler/kernels.py) exactly: go left
+// iff x <= threshold (at the input's precision), NaN (and, where flagged, |x| <= the
+// zero threshold) takes the default side, a categorical node reads its bitsets.  Sums
+// are added tree by tree in tree order onto what `out` holds (the start), one rounding
+// per addition in the accumulation type: no -ffast-math, no FMA contraction.
+//
+// Each tree is walked in two parts.  Its top `top_depth` levels are a complete tree in
+// heap order (a leaf above the last level copied down both sides), so the next node is
+// index arithmetic; the first `uniform` of them test every node of the level, whose
+// parameters are the same for every row.  The top's last level names, per heap
+// position, a node of the linked tables (children side by side, leaves looping to
+// themselves), from which the walk goes on until the row sits on a leaf.  Siblings sit
+// side by side, so the next id is the first child's plus the test (its address does not
+// wait for the test), and a leaf is a node every value leaves to the left (threshold
+// +inf, missing to the left) whose first child is itself.  The leaf's value is at its
+// linked id.  A forest no deeper than its top never enters the linked
+// part; top_depth 0 is a purely linked walk.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+constexpr int32_t kFeatureMask = (1 << 28) - 1;
+constexpr int32_t kDefaultLeft = 1 << 28;
+constexpr int32_t kMissingZero = 1 << 29;
+constexpr int32_t kIsCat = 1 << 30;
+constexpr int32_t kMaxBlock = 256;
+
+}  // namespace
+
+extern "C" {
+
+// Tables of one forest; the field order is generic.py's _Tables.
+struct Tables {
+  int64_t n_trees;
+  int64_t n_features;
+  int64_t n_outputs;
+  int32_t top_depth;           // levels of each tree's heap-ordered top
+  int32_t vector_leaves;       // leaves hold n_outputs values each
+  const int32_t* top_packed;   // [T, 2^top_depth - 1] feature | flags
+  const void* top_threshold;   // [T, 2^top_depth - 1] at the input's precision
+  const int32_t* top_node;     // [T, 2^top_depth - 1] linked id (categorical tables)
+  const int32_t* top_exit;     // [T, 2^top_depth] linked id where the top ends
+  const int32_t* tree_levels;  // [T] levels below the top (<= 0: none)
+  const int32_t* packed;       // [nodes] linked: feature | flags
+  const void* threshold;       // [nodes] at the input's precision
+  const int32_t* child;        // [nodes] flat id of the left child; the right one follows
+  const void* value;           // [nodes] (x n_outputs), accumulation type
+  const int32_t* group;        // [T] output of a scalar-leaf tree; null: output 0
+  const int32_t* cat_row;      // [nodes] row of the bitset tables
+  const uint8_t* cat_unknown_left;  // [nodes]
+  const uint32_t* bits_left;   // [rows, words]
+  const uint32_t* bits_known;  // [rows, words]
+  int32_t words;
+  int32_t cat_check_before_trunc;
+  double zero;                 // |x| <= zero reads as missing where flagged
+};
+
+}  // extern "C"
+
+namespace {
+
+// Options of one call, chosen per model by measurement (generic.py's Schedule).
+struct Options {
+  int32_t block;    // rows per block: a power of two, 16 to 256
+  int32_t uniform;  // top levels tested node by node (vector path)
+  int32_t vector;   // 1: the AVX2 path where it applies
+};
+
+// -- scalar: any input type, categorical nodes ------------------------------------------
+
+template <typename X>
+inline int32_t category_left(const Tables& f, int32_t n, X v) {
+  X trunc = std::trunc(v);
+  bool valid = f.cat_check_before_trunc ? (v >= 0) : (trunc >= 0);
+  valid = valid && (trunc < static_cast<X>(f.words) * 32);
+  int64_t code = valid ? static_cast<int64_t>(trunc) : 0;
+  int64_t at = static_cast<int64_t>(f.cat_row[n]) * f.words + (code >> 5);
+  int32_t bit = static_cast<int32_t>(code & 31);
+  bool in_left = (f.bits_left[at] >> bit) & 1u;
+  bool known = (f.bits_known[at] >> bit) & 1u;
+  return (valid && known) ? in_left : f.cat_unknown_left[n];
+}
+
+// 1 when a row with value `v` goes right at a node with packed word `pk`, threshold `t`
+// and linked id `n` (for its categorical tables).
+template <typename X, bool Zero, bool Cat>
+inline int32_t goes_right(const Tables& f, int32_t n, int32_t pk, X v, X t) {
+  int32_t left = v <= t;
+  bool missing = v != v;
+  if (Zero) missing = missing || ((pk & kMissingZero) && std::fabs(v) <= static_cast<X>(f.zero));
+  left = missing ? ((pk & kDefaultLeft) != 0) : left;
+  if (Cat && (pk & kIsCat) && v == v) left = category_left(f, n, v);
+  return 1 - left;
+}
+
+template <typename A, bool Vec>
+inline void add_leaves(const Tables& f, int64_t t, const int32_t* slot, int32_t rows, A* out) {
+  const A* value = static_cast<const A*>(f.value);
+  const int64_t k = f.n_outputs;
+  if (Vec) {
+    for (int32_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j) out[r * k + j] += value[static_cast<int64_t>(slot[r]) * k + j];
+    return;
+  }
+  const int64_t g = f.group ? f.group[t] : 0;
+  for (int32_t r = 0; r < rows; ++r) out[r * k + g] += value[slot[r]];
+}
+
+// Rows [0, rows) of x: each row's leaf (linked id) in tree t into node[].
+template <typename X, bool Zero, bool Cat>
+inline void walk(const Tables& f, int64_t t, const X* x, int32_t rows, int32_t* node) {
+  const X* top_thr = static_cast<const X*>(f.top_threshold);
+  const X* thr = static_cast<const X*>(f.threshold);
+  const int64_t F = f.n_features;
+  const int32_t inner = (1 << f.top_depth) - 1;
+  const int32_t base = static_cast<int32_t>(t) * inner;
+  for (int32_t r = 0; r < rows; ++r) node[r] = 0;
+  for (int32_t level = 0; level < f.top_depth; ++level) {
+    for (int32_t r = 0; r < rows; ++r) {
+      const int32_t n = base + node[r];
+      const int32_t p = f.top_packed[n];
+      const X v = x[r * F + (p & kFeatureMask)];
+      node[r] = 2 * node[r] + 1 + goes_right<X, Zero, Cat>(f, Cat ? f.top_node[n] : 0, p, v, top_thr[n]);
+    }
+  }
+  const int32_t* exit = f.top_exit + static_cast<int64_t>(t) * (inner + 1) - inner;
+  for (int32_t r = 0; r < rows; ++r) node[r] = exit[node[r]];
+  for (int32_t level = 0; level < f.tree_levels[t]; ++level) {
+    for (int32_t r = 0; r < rows; ++r) {
+      const int32_t n = node[r];
+      const int32_t p = f.packed[n];
+      const X v = x[r * F + (p & kFeatureMask)];
+      node[r] = f.child[n] + goes_right<X, Zero, Cat>(f, n, p, v, thr[n]);
+    }
+  }
+}
+
+template <typename X, typename A, bool Zero, bool Cat, bool Vec>
+void score(const Tables& f, const X* x, int64_t rows, A* out, int32_t block) {
+  int32_t node[kMaxBlock];
+  for (int64_t start = 0; start < rows; start += block) {
+    const int32_t n = static_cast<int32_t>(rows - start < block ? rows - start : block);
+    const X* xb = x + start * f.n_features;
+    A* ob = out + start * f.n_outputs;
+    for (int64_t t = 0; t < f.n_trees; ++t) {
+      walk<X, Zero, Cat>(f, t, xb, n, node);
+      add_leaves<A, Vec>(f, t, node, n, ob);
+    }
+  }
+}
+
+}  // namespace
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+// -- AVX2: eight rows per vector, float32 inputs, numeric and zero tests ---------------
+//
+// The block is transposed feature-major (xt[f * block + r]), so the eight rows' values
+// of one feature are one load where the node is the same for all of them (the uniform
+// top levels) and a gather from one small block otherwise.
+namespace {
+
+inline __m256i splat(int32_t v) { return _mm256_set1_epi32(v); }
+
+// 1 where a lane goes right, 0 where it goes left (goes_right without categories).
+template <bool Zero>
+inline __m256i right8(__m256i pk, __m256 v, __m256 th, __m256 zero) {
+  __m256 left = _mm256_cmp_ps(v, th, _CMP_LE_OQ);  // false for NaN
+  __m256 missing = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  if (Zero) {
+    __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), zero, _CMP_LE_OQ);
+    __m256i flag = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(kMissingZero)), splat(kMissingZero));
+    missing = _mm256_or_ps(missing, _mm256_and_ps(small, _mm256_castsi256_ps(flag)));
+  }
+  __m256i dl = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(kDefaultLeft)), splat(kDefaultLeft));
+  left = _mm256_blendv_ps(left, _mm256_castsi256_ps(dl), missing);
+  return _mm256_add_epi32(splat(1), _mm256_castps_si256(left));  // left is -1 or 0
+}
+
+// Each lane's value of its own node's feature.
+inline __m256 gathered(const float* xt, __m256i pk, int32_t log_block, __m256i lanes) {
+  __m256i feature = _mm256_and_si256(pk, splat(kFeatureMask));
+  return _mm256_i32gather_ps(xt, _mm256_add_epi32(_mm256_slli_epi32(feature, log_block), lanes), 4);
+}
+
+struct Block8 {
+  const float* xt;
+  int32_t block;
+  int32_t log_block;
+  __m256 zero;
+};
+
+// The 8 rows at r all tested at top node n (the same for each).
+template <bool Zero>
+inline __m256i right_uniform(const Tables& f, int32_t n, const Block8& b, int32_t r) {
+  const int32_t pk = f.top_packed[n];
+  const float th = static_cast<const float*>(f.top_threshold)[n];
+  __m256 v = _mm256_loadu_ps(b.xt + static_cast<int64_t>(pk & kFeatureMask) * b.block + r);
+  return right8<Zero>(splat(pk), v, _mm256_set1_ps(th), b.zero);
+}
+
+inline __m256i down(__m256i idx, __m256i right) {
+  return _mm256_add_epi32(_mm256_add_epi32(idx, idx), _mm256_add_epi32(splat(1), right));
+}
+
+inline __m256i lanes_at(int32_t r) {
+  return _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), splat(r));
+}
+
+// One level below the top for the eight lanes at linked ids n: their next ids.
+template <bool Zero>
+inline __m256i step8(const Tables& f, const Block8& b, __m256i n, __m256i lanes) {
+  __m256i first = _mm256_i32gather_epi32(f.child, n, 4);  // off the compare's path
+  __m256i pk = _mm256_i32gather_epi32(f.packed, n, 4);
+  __m256 th = _mm256_i32gather_ps(static_cast<const float*>(f.threshold), n, 4);
+  return _mm256_add_epi32(first, right8<Zero>(pk, gathered(b.xt, pk, b.log_block, lanes), th, b.zero));
+}
+
+// Below the top, level by level over the block's vectors still walking (independent
+// chains of gathers, which the core overlaps), until every row sits on a leaf: a leaf
+// goes left to itself.
+template <bool Zero>
+void below8(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node) {
+  int32_t walking[kMaxBlock / 8];
+  int32_t count = 0;
+  for (int32_t r = 0; r < rows; r += 8) walking[count++] = r;
+  for (int32_t level = 0; level < f.tree_levels[t] && count > 0; ++level) {
+    int32_t still = 0;
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t r = walking[i];
+      __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
+      __m256i next = step8<Zero>(f, b, n, lanes_at(r));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), next);
+      if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(next, n)) != -1) walking[still++] = r;
+    }
+    count = still;
+  }
+}
+
+// Tree t for rows [0, rows): each row's leaf (linked id) into node[].  Levels run
+// outermost over the block's vectors, so the vectors' gathers are independent work
+// the core overlaps (one vector's chain of gathers would leave it waiting).
+template <bool Zero>
+void walk8(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t uniform, int32_t* node) {
+  const float* top_thr = static_cast<const float*>(f.top_threshold);
+  const int32_t inner = (1 << f.top_depth) - 1;
+  const int32_t base = static_cast<int32_t>(t) * inner;
+  const int32_t* exit = f.top_exit + static_cast<int64_t>(t) * (inner + 1) - inner;
+  const int32_t tested = uniform < f.top_depth ? uniform : f.top_depth;
+  for (int32_t r = 0; r < rows; r += 8) {  // the top levels, node by node
+    __m256i idx = _mm256_setzero_si256();
+    for (int32_t level = 0; level < tested; ++level) {
+      const int32_t first = (1 << level) - 1;
+      __m256i right = right_uniform<Zero>(f, base + first, b, r);
+      for (int32_t k = first + 1; k < 2 * first + 1; ++k) {
+        __m256i rk = right_uniform<Zero>(f, base + k, b, r);
+        right = _mm256_blendv_epi8(right, rk, _mm256_cmpeq_epi32(idx, splat(k)));
+      }
+      idx = down(idx, right);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), idx);
+  }
+  for (int32_t level = tested; level < f.top_depth; ++level) {
+    for (int32_t r = 0; r < rows; r += 8) {
+      __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
+      __m256i n = _mm256_add_epi32(idx, splat(base));
+      __m256i pk = _mm256_i32gather_epi32(f.top_packed, n, 4);
+      __m256 th = _mm256_i32gather_ps(top_thr, n, 4);
+      idx = down(idx, right8<Zero>(pk, gathered(b.xt, pk, b.log_block, lanes_at(r)), th, b.zero));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), idx);
+    }
+  }
+  for (int32_t r = 0; r < rows; r += 8) {
+    __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), _mm256_i32gather_epi32(exit, idx, 4));
+  }
+  if (f.tree_levels[t] > 0) below8<Zero>(f, t, b, rows, node);
+}
+
+// Rows [0, rows) of x into xt [F, block], zero-padded to a multiple of eight.
+inline int32_t transpose_block(const float* x, int64_t features, int32_t rows, int32_t block,
+                               float* xt) {
+  const int32_t padded = (rows + 7) & ~7;
+  for (int64_t j = 0; j < features; ++j) {
+    float* col = xt + j * block;
+    for (int32_t r = 0; r < rows; ++r) col[r] = x[r * features + j];
+    for (int32_t r = rows; r < padded; ++r) col[r] = 0.0f;
+  }
+  return padded;
+}
+
+template <typename A, bool Zero, bool Vec>
+void score8(const Tables& f, const float* x, int64_t rows, A* out, const Options& o) {
+  int32_t log_block = 0;
+  while ((1 << log_block) < o.block) ++log_block;
+  std::vector<float> xt(static_cast<size_t>(f.n_features) * o.block);
+  const Block8 b{xt.data(), o.block, log_block, _mm256_set1_ps(static_cast<float>(f.zero))};
+  int32_t node[kMaxBlock];
+  for (int64_t start = 0; start < rows; start += o.block) {
+    const int32_t n = static_cast<int32_t>(rows - start < o.block ? rows - start : o.block);
+    const int32_t padded = transpose_block(x + start * f.n_features, f.n_features, n, o.block, xt.data());
+    A* ob = out + start * f.n_outputs;
+    for (int64_t t = 0; t < f.n_trees; ++t) {
+      walk8<Zero>(f, t, b, padded, o.uniform, node);
+      add_leaves<A, Vec>(f, t, node, n, ob);
+    }
+  }
+}
+
+}  // namespace
+
+#define SCORING_WALK_AVX2 1
+#endif  // __AVX2__
+
+namespace {
+
+template <typename X, typename A, bool Zero, bool Cat>
+void by_leaves(const Tables& f, const void* x, int64_t rows, void* out, const Options& o) {
+  auto* xs = static_cast<const X*>(x);
+  auto* os = static_cast<A*>(out);
+#ifdef SCORING_WALK_AVX2
+  if constexpr (std::is_same_v<X, float> && !Cat) {
+    if (o.vector) {
+      if (f.vector_leaves) score8<A, Zero, true>(f, xs, rows, os, o);
+      else score8<A, Zero, false>(f, xs, rows, os, o);
+      return;
+    }
+  }
+#endif
+  if (f.vector_leaves) score<X, A, Zero, Cat, true>(f, xs, rows, os, o.block);
+  else score<X, A, Zero, Cat, false>(f, xs, rows, os, o.block);
+}
+
+template <typename X, typename A>
+void by_tests(const Tables& f, bool zero, bool cat, const void* x, int64_t rows, void* out,
+              const Options& o) {
+  if (zero && cat) by_leaves<X, A, true, true>(f, x, rows, out, o);
+  else if (zero) by_leaves<X, A, true, false>(f, x, rows, out, o);
+  else if (cat) by_leaves<X, A, false, true>(f, x, rows, out, o);
+  else by_leaves<X, A, false, false>(f, x, rows, out, o);
+}
+
+}  // namespace
+
+extern "C" {
+
+// Rows a vector of the AVX2 path holds; 0 where this build has none.
+int32_t walk_vector_lanes() {
+#ifdef SCORING_WALK_AVX2
+  return 8;
+#else
+  return 0;
+#endif
+}
+
+// Adds every tree's leaf to out[rows, n_outputs]; x is [rows, n_features] row-major.
+// x64 / acc64: double inputs / accumulation; zero, cat: the forest has zero-as-missing
+// or categorical nodes.  Returns 0, or -1 for options out of range.
+int32_t walk_score(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, int32_t cat,
+                   const void* x, int64_t rows, void* out, int32_t block, int32_t uniform,
+                   int32_t vector) {
+  if (block < 16 || block > kMaxBlock || (block & (block - 1)) || uniform < 0) return -1;
+  const Options o{block, uniform, vector};
+  if (x64 && acc64) by_tests<double, double>(*f, zero, cat, x, rows, out, o);
+  else if (x64) by_tests<double, float>(*f, zero, cat, x, rows, out, o);
+  else if (acc64) by_tests<float, double>(*f, zero, cat, x, rows, out, o);
+  else by_tests<float, float>(*f, zero, cat, x, rows, out, o);
+  return 0;
+}
+
+}  // extern "C"

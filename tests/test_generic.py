@@ -1,0 +1,175 @@
+"""``fused`` on CPU: one kernel for every forest (scoring/_compiler/walk.cpp), built once
+per machine, the forest passed as tables, its schedule measured per model.
+
+Every schedule must give the eager walk's sums bit for bit, on every recipe, at both
+input precisions and on both of the kernel's paths (AVX2 and scalar).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import scoring
+from scoring._compiler import compile_forest
+from scoring._compiler.generic import CHUNK_ROWS, GenericWalk, Schedule, _library_root
+from scoring._ir import Forest
+from scoring._parity import probe_rows
+
+from .conftest import RECIPES, built
+
+#: Every recipe (a chain: each of its stages).
+_SINGLE = [name for name, r in RECIPES.items()]
+
+
+def _eager(forest: Forest) -> scoring._compiler.TensorForest:
+    module, _ = compile_forest(forest, device=torch.device("cpu"), strategy="tree_traversal")
+    return module  # type: ignore[return-value]
+
+
+def _sums(
+    walk: GenericWalk, schedule: Schedule, x: torch.Tensor, start: torch.Tensor
+) -> np.ndarray:
+    rows, x64 = walk._input(x)
+    out = np.array(start.numpy(), copy=True, order="C")
+    walk.run(walk.tables_for(schedule.top_depth), schedule, rows, x64, out, threads=False)
+    return out
+
+
+def _schedules(depth: int) -> list[Schedule]:
+    """Tops from none to past the deepest tree, node-by-node levels from none to past
+    the top, both paths, the smallest and largest blocks (300 rows: short last blocks)."""
+    tops = sorted({0, 1, min(depth, 10), min(depth + 1, 10)})
+    return [Schedule(top, uniform, block, vector) for top in tops for uniform in (0, 2, 6)
+            for block in (16, 256) for vector in (False, True)]  # fmt: skip
+
+
+def _inputs(forest: Forest) -> list[torch.Tensor]:
+    """Rows with NaN, +-inf and every threshold, at the model's precision; for float64
+    models also float32 values read as float64 (the kernel's float32 path)."""
+    rows = probe_rows(forest, n_rows=300, seed=3)
+    if forest.input_dtype == "float32":
+        return [torch.from_numpy(rows.astype(np.float32))]
+    return [torch.from_numpy(rows), torch.from_numpy(rows.astype(np.float32).astype(np.float64))]
+
+
+@pytest.mark.parametrize("name", _SINGLE)
+def test_every_schedule_gives_the_eager_walks_sums_bit_for_bit(name: str) -> None:
+    forest = built(name)[1]
+    forests = forest.stages or [forest]
+    for stage in forests:
+        eager = _eager(stage)
+        walk = GenericWalk(stage, acc=eager.acc_dtype, schedule=Schedule(0, 0, 16, False))
+        for x in _inputs(stage):
+            x = eager._snapped(x)
+            start = eager._start(x).contiguous()
+            expected = eager._sums(x).numpy()
+            for schedule in _schedules(stage.max_depth):
+                got = _sums(walk, schedule, x, start)
+                np.testing.assert_array_equal(got, expected, err_msg=f"{name} {schedule} {x.dtype}")
+
+
+def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
+    forest = built("lgb_zero_missing")[1]
+    assert forest.input_dtype == "float64"
+    walk = GenericWalk(forest, acc=torch.float64)
+    doubles = torch.from_numpy(probe_rows(forest, n_rows=50, seed=1))
+    as_read, x64 = walk._input(doubles.float().double())  # a float32 column read as double
+    assert as_read.dtype == np.float32 and not x64
+    as_read, x64 = walk._input(doubles)  # LightGBM's thresholds are doubles
+    assert as_read.dtype == np.float64 and x64
+
+
+def test_threads_and_row_chunks_change_no_bit() -> None:
+    model, forest, _ = built("xgb_multi")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    rows = probe_rows(forest, n_rows=3 * CHUNK_ROWS + 5, seed=2).astype(np.float32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        spread = cm.predict_raw(rows)
+        torch.set_num_threads(1)
+        alone = cm.predict_raw(rows)
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(spread, alone)
+    for n in (0, 1, 17, CHUNK_ROWS, CHUNK_ROWS + 1):  # each row is its own, in any batch
+        np.testing.assert_array_equal(cm.predict_raw(rows[:n]), alone[:n])
+
+
+def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
+    model, forest, native = built("lgb_clf")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    walk = cm.implementation.module.generic
+    assert walk.timings and walk.schedule == min(walk.timings, key=walk.timings.__getitem__)
+    s = walk.schedule
+    assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
+                            "fused.block": s.block, "fused.vector": float(s.vector)}  # fmt: skip
+    assert s.described() in cm.strategy_reason
+    rows = probe_rows(forest, n_rows=500, seed=8)
+    frame = pa.table({f"f{j}": rows[:, j] for j in range(rows.shape[1])})
+    pq.write_table(frame, tmp_path / "in.parquet")
+    report = scoring.score_parquet(tmp_path / "in.parquet", tmp_path / "out", cm, progress=False)
+    assert report.strategy == "fused" and s.described() in report.strategy_reason
+    np.testing.assert_allclose(cm.predict_raw(rows), native.predict_raw(rows), rtol=0, atol=1e-12)
+
+
+#: A process that scores with ``fused`` and says whether it built the kernel.
+_PROCESS = """
+import sys, numpy as np, scoring
+from scoring._compiler import generic
+built = []
+compile_library = generic._compile_library
+generic._compile_library = lambda target: (built.append(target), compile_library(target))
+cm = scoring.compile(sys.argv[1], backend="tensor", device="cpu", strategy="fused")
+print(float(cm.predict_raw(np.zeros((3, cm.forest.n_features), np.float32))[0]), len(built))
+"""
+
+
+def _process(model_file: Path, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "SCORING_COMPILE_CACHE": str(cache), **env}
+    args = [sys.executable, "-c", _PROCESS, str(model_file)]
+    return subprocess.run(args, env=environment, capture_output=True, text=True)
+
+
+def test_the_kernel_is_built_once_per_machine_then_loaded_without_a_compiler(
+    tmp_path: Path,
+) -> None:
+    model = built("xgb_clf")[0]
+    model_file = tmp_path / "model.json"
+    model.save_model(model_file)
+    cache = tmp_path / "cache"
+    first = _process(model_file, cache)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split()[1] == "1"  # built here
+    (library,) = cache.glob("walk-*.so")
+    second = _process(model_file, cache, CXX="/nonexistent/c++")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == [first.stdout.split()[0], "0"]  # loaded, not built
+    assert sorted(cache.glob("walk-*")) == [library]  # nothing half written left beside it
+    none = _process(model_file, tmp_path / "empty", CXX="/nonexistent/c++")
+    assert none.returncode != 0
+    last = none.stderr.strip().splitlines()[-1]
+    assert "CompileError" in last and "'/nonexistent/c++'" in last and "strategy=" in last
+
+
+def test_a_cache_others_can_write_to_is_not_where_the_kernel_is_loaded_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(shared.stat().st_mode | stat.S_IWOTH)
+    monkeypatch.setenv("SCORING_COMPILE_CACHE", str(shared))
+    assert _library_root() != shared
+    monkeypatch.setenv("SCORING_COMPILE_CACHE", "off")  # packages off: the user's cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    assert _library_root() == tmp_path / "home" / "scoring" / "compiled"
