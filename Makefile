@@ -32,10 +32,15 @@ define install_torch
 	fi
 endef
 
+# The CPU kernel of strategy `fused` is built once per machine (about 7 s, with the
+# system's C++ compiler), here rather than on a job's first model; without a compiler the
+# other strategies still run.
 $(RUNTIME): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(call install_torch,$(BIN))
 	$(BIN)/pip install -e .
+	$(BIN)/python -c "from scoring._compiler.generic import kernel_library; kernel_library()" \
+		|| echo "warning: no C++ compiler: strategy 'fused' is unavailable on CPU (install g++)"
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)

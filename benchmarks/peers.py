@@ -17,9 +17,15 @@ own environment, never the product's dependencies; see benchmarks/peers.txt):
 Each peer is built once (its seconds recorded), warmed up, then every peer scores the
 same rows once per round, in turn, for ``--rounds`` rounds; a peer's rate is its best
 round.  The load average is recorded before and after.  Agreement: max |peer - native|
-of P(class 1) on 5,000 rows.
+of P(class 1) on 5,000 rows.  With ``--hogs N`` the same rounds run a second time with
+N busy processes (``yes``) beside them, as on a machine whose cores are taken.
 
-    .venv-peers/bin/python benchmarks/peers.py [--rows N] [--rounds R] [--only NAME ...]
+First row: seconds from ``scoring.compile(model)`` of a model this process has not seen
+(``auto``, and ``strategy="fused"``) to its first scored row, with the product's kernel
+already built on the machine (``make install`` builds it); the best of 3 fresh compiles.
+
+    .venv-peers/bin/python benchmarks/peers.py [--rows N] [--rounds R] [--hogs N]
+                                               [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import argparse
 import contextlib
 import os
 import platform
+import subprocess
 import tempfile
 import time
 import warnings
@@ -158,7 +165,29 @@ def versions() -> str:
     return ", ".join(found)
 
 
-def run(recipe: Recipe, rows: int, rounds: int) -> list[str]:
+def first_row(model: Any, X: np.ndarray, **options: str) -> float:
+    """Best of 3: seconds from compiling ``model`` afresh to its first scored row."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        scoring.compile(model, device="cpu", **options).predict_proba(X[:1])
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@contextlib.contextmanager
+def hogs(count: int) -> Any:
+    """``count`` busy processes for the duration."""
+    procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run(recipe: Recipe, rows: int, rounds: int, n_hogs: int) -> list[str]:
     model = recipe.build()
     X, y = make_data(recipe, seed=0)  # what build() fitted on
     X_eval = make_data(recipe, seed=7, n_rows=rows)[0].astype(np.float32)
@@ -181,28 +210,44 @@ def run(recipe: Recipe, rows: int, rounds: int) -> list[str]:
                 continue
             predictors[peer] = fn
             built[peer] = (time.perf_counter() - start, error, note)
-        load = os.getloadavg()[0]
-        rates = alternated(predictors, X_eval, rounds)
-        load_after = os.getloadavg()[0]
+        lines = _rows(recipe.name, "", predictors, built, X_eval, rounds)
+        if n_hogs:
+            with hogs(n_hogs):
+                time.sleep(2)  # the hogs running before the first round
+                lines += _rows(recipe.name, f" ({n_hogs} hogs)", predictors, built, X_eval, rounds)
+    auto, fused = first_row(model, X_eval), first_row(model, X_eval, strategy="fused")
+    lines.append(f"| {recipe.name} | first row: auto {auto:.2f} s, fused {fused:.2f} s | | | | | |")
+    return lines + skipped
+
+
+Built = dict[str, tuple[float, float, str]]
+
+
+def _rows(name: str, under: str, predictors: dict[str, Predict], built: Built, X: np.ndarray,
+          rounds: int) -> list[str]:  # fmt: skip
+    load = os.getloadavg()[0]
+    rates = alternated(predictors, X, rounds)
+    load_after = os.getloadavg()[0]
     fastest_peer = max((r for p, r in rates.items() if p != "fused"), default=0.0)
     lines = []
     for peer, rate in rates.items():
         seconds, error, note = built[peer]
         ratio = rates["fused"] / rate if "fused" in rates else float("nan")
         agreement = f"{error:.1e}" + (f" ({note})" if note else "")
-        lines.append(f"| {recipe.name} | {peer} | {rate:,.0f} | {ratio:.2f} | {seconds:.1f} | "
+        lines.append(f"| {name}{under} | {peer} | {rate:,.0f} | {ratio:.2f} | {seconds:.1f} | "
                      f"{agreement} | {load:.2f} / {load_after:.2f} |")  # fmt: skip
-    lines.append(f"| {recipe.name} | **fused / fastest peer** | | "
+    lines.append(f"| {name}{under} | **fused / fastest peer** | | "
                  f"**{rates.get('fused', 0) / fastest_peer:.2f}** | | | |")  # fmt: skip
-    return lines + skipped
+    return lines
 
 
 def main() -> None:
-    os.environ.setdefault("SCORING_COMPILE_CACHE", "off")  # the build column: a compile
+    os.environ.setdefault("SCORING_COMPILE_CACHE", "off")  # no per-model packages
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=None, help="recipe names to run")
+    parser.add_argument("--hogs", type=int, default=0, help="busy processes for a second pass")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "peers_cpu.md")  # fmt: skip
     args = parser.parse_args()
@@ -214,16 +259,16 @@ def main() -> None:
         f"torch threads {torch.get_num_threads()}. Versions: {versions()}.",
         f"{args.rows:,} rows of 28 float32 features; best of {args.rounds} rounds in "
         "alternation. fused / peer: how many times the peer's rate fused scores. Build: "
-        "seconds from the fitted model to a predictor that has scored (fused: with "
-        "scoring's package cache off; torch inductor's own on-disk cache as this machine "
-        "has it). Agreement: max |peer - native| of P(class 1) on 5,000 rows.",
+        "seconds from the fitted model to a predictor that has scored 5,000 rows (fused: "
+        "its kernel already built on this machine). Agreement: max |peer - native| of "
+        "P(class 1) on 5,000 rows. First row: see the script's docstring.",
         "",
         "| model | peer | rows/s | fused / peer | build s | agreement | load before / after |",
         "|---|---|---:|---:|---:|---|---|",
     ]
     for recipe in [r for r in BENCHMARK_RECIPES if not args.only or r.name in args.only]:
         print(f"{recipe.name} ...", flush=True)
-        lines += run(recipe, args.rows, args.rounds)
+        lines += run(recipe, args.rows, args.rounds, args.hogs)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

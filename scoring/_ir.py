@@ -109,13 +109,13 @@ class Tree:
         return np.asarray(self.left < 0)
 
     def depth(self) -> int:
-        """Edges on the longest root-to-leaf path."""
-        depth = np.zeros(self.n_nodes, dtype=np.int64)
-        for node in range(self.n_nodes):  # parents precede children in every importer
-            if self.left[node] >= 0:
-                depth[self.left[node]] = depth[node] + 1
-                depth[self.right[node]] = depth[node] + 1
-        return int(depth.max())
+        """Edges on the longest root-to-leaf path (level by level from the root)."""
+        depth, level = -1, np.zeros(1, dtype=np.int64)
+        while level.size:
+            depth += 1
+            inner = level[self.left[level] >= 0]
+            level = np.concatenate([self.left[inner], self.right[inner]])
+        return depth
 
 
 @dataclass

@@ -5,8 +5,9 @@ The backend is picked, checked and recorded here:
 * ``tensor``: our compiler (the default on CUDA);
 * ``native``: the framework's own predictor (the reference, often fastest on CPU);
 * ``hummingbird``: hummingbird-ml, verified against native unless ``verify=False``;
-* ``auto``: tensor on CUDA; on CPU whichever of tensor and native scores a probe batch
-  faster, with both timings kept in :attr:`CompiledModel.selection`.
+* ``auto``: tensor on CUDA; on CPU whichever of tensor (``fused`` for a large forest,
+  see :func:`fused_pays`) and native scores a probe batch faster, with both timings
+  kept in :attr:`CompiledModel.selection`.
 
 Every compiled model knows the sha256 of its canonical bytes (:attr:`CompiledModel.sha256`),
 whatever form it came in: that is what jobs, caches and reports are keyed by.
@@ -209,11 +210,15 @@ def compile_imported(
     elif backend == "hummingbird":
         impl = HummingbirdBackend(model, forest, device=dev, strategy=strategy, verify=verify)
     else:
-        impl = TensorBackend(forest, device=dev, strategy=strategy, batch_size=batch_size)
-        if backend == "auto" and dev.type == "cpu":
+        # On CPU a large forest's tensor candidate is ``fused`` alone: the eager
+        # strategies walk the same trees 5-10x slower there, and building and timing
+        # one would cost a new model's first row about half a second.
+        on_cpu = backend == "auto" and dev.type == "cpu"
+        large = on_cpu and strategy == "auto" and fused_pays(forest)
+        impl = TensorBackend(forest, device=dev, strategy="fused" if large else strategy,
+                             batch_size=batch_size)  # fmt: skip
+        if on_cpu:
             candidates: list[Backend] = [impl, NativeBackend(model, forest)]
-            if strategy == "auto" and fused_pays(forest):
-                candidates.append(TensorBackend(forest, device=dev, strategy="fused"))
             impl, timings = _fastest_on_cpu(forest, candidates)
     timings.update(_schedule_of(impl))
     return CompiledModel(forest=forest, implementation=impl, selection=timings, _source=model)

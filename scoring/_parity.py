@@ -81,17 +81,20 @@ class Verification(BaseModel):
 def feature_candidates(forest: Forest, *, special: bool = True) -> list[np.ndarray]:
     """Values worth trying for each feature (thresholds +- one float32 ulp, specials)."""
     found: list[list[np.ndarray]] = [[] for _ in range(forest.n_features)]
-    for tree in forest.trees:
-        inner = np.flatnonzero(tree.left >= 0)
-        numeric = inner[tree.split_kind[inner] != SPLIT_CATEGORICAL]
-        for f in np.unique(tree.feature[numeric]):
-            if f >= forest.n_features:  # a chain's later stage: an earlier prediction
-                continue
-            t = tree.threshold[numeric[tree.feature[numeric] == f]]
-            t = t[np.isfinite(t)]  # sklearn's missing-only splits test against inf
-            found[f].append(_neighbours(t.astype(np.float32)).astype(np.float64))
-            if forest.input_dtype == "float64":  # float64 readers: float64 neighbours too
-                found[f].append(_neighbours(t))
+    # Every tree's numeric splits at once (one pass per feature, not per tree and feature).
+    nodes = [(t.feature, t.threshold, (t.left >= 0) & (t.split_kind != SPLIT_CATEGORICAL))
+             for t in forest.trees]  # fmt: skip
+    feature = np.concatenate([f[m] for f, _, m in nodes]) if nodes else np.zeros(0, int)
+    threshold = np.concatenate([t[m] for _, t, m in nodes]) if nodes else np.zeros(0)
+    # A chain's later stage splits on an earlier prediction; sklearn's missing-only
+    # splits test against inf.
+    keep = (feature < forest.n_features) & np.isfinite(threshold)
+    feature, threshold = feature[keep], threshold[keep]
+    for f in np.unique(feature):
+        t = threshold[feature == f]
+        found[f].append(_neighbours(t.astype(np.float32)).astype(np.float64))
+        if forest.input_dtype == "float64":  # float64 readers: float64 neighbours too
+            found[f].append(_neighbours(t))
     out = []
     for f in range(forest.n_features):
         values = np.concatenate(found[f]) if found[f] else np.array([0.0, 1.0])

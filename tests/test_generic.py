@@ -2,7 +2,8 @@
 per machine, the forest passed as tables, its schedule measured per model.
 
 Every schedule must give the eager walk's sums bit for bit, on every recipe, at both
-input precisions and on both of the kernel's paths (AVX2 and scalar).
+input precisions, on both of the kernel's paths (AVX2 and scalar) and with both node
+words (compact and full).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +39,16 @@ def _eager(forest: Forest) -> scoring._compiler.TensorForest:
 
 
 def _sums(
-    walk: GenericWalk, schedule: Schedule, x: torch.Tensor, start: torch.Tensor
+    walk: GenericWalk, schedule: Schedule, x: torch.Tensor, start: torch.Tensor, *, compact: bool
 ) -> np.ndarray:
+    """The kernel's sums; ``compact=False`` walks with the full words even where the
+    compact ones fit."""
     rows, x64 = walk._input(x)
     out = np.array(start.numpy(), copy=True, order="C")
-    walk.run(walk.tables_for(schedule.top_depth), schedule, rows, x64, out, threads=False)
+    tables = walk.tables_for(schedule.top_depth)
+    if not compact:
+        tables.struct.compact = None
+    walk.run(tables, schedule, rows, x64, out, threads=False)
     return out
 
 
@@ -74,8 +81,10 @@ def test_every_schedule_gives_the_eager_walks_sums_bit_for_bit(name: str) -> Non
             start = eager._start(x).contiguous()
             expected = eager._sums(x).numpy()
             for schedule in _schedules(stage.max_depth):
-                got = _sums(walk, schedule, x, start)
-                np.testing.assert_array_equal(got, expected, err_msg=f"{name} {schedule} {x.dtype}")
+                for compact in (True, False):
+                    got = _sums(walk, schedule, x, start, compact=compact)
+                    where = f"{name} {schedule} compact={compact} {x.dtype}"
+                    np.testing.assert_array_equal(got, expected, err_msg=where)
 
 
 def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
@@ -173,3 +182,18 @@ def test_a_cache_others_can_write_to_is_not_where_the_kernel_is_loaded_from(
     monkeypatch.setenv("SCORING_COMPILE_CACHE", "off")  # packages off: the user's cache
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
     assert _library_root() == tmp_path / "home" / "scoring" / "compiled"
+
+
+def test_calls_side_by_side_each_take_one_thread_and_agree() -> None:
+    """The kernel lets go of the interpreter lock, so the local engine's calls side by
+    side run at once, each on one thread (``for_parallel_calls``)."""
+    model, forest, _ = built("lgb_multi")
+    backend = scoring.compile(
+        model, backend="tensor", device="cpu", strategy="fused"
+    ).implementation
+    assert backend.for_parallel_calls() is backend
+    rows = probe_rows(forest, n_rows=3_000, seed=4)
+    alone = backend.predict_raw(rows)
+    with ThreadPoolExecutor(2) as pool:
+        halves = list(pool.map(backend.predict_raw, (rows[:1_500], rows[1_500:])))
+    np.testing.assert_array_equal(np.concatenate(halves), alone)

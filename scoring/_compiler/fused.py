@@ -1,4 +1,6 @@
-"""The ``fused`` strategy: each block of rows walks every tree in one generated kernel.
+"""The ``compiled`` strategy (``fused`` on CUDA): each block of rows walks every tree in
+one kernel generated and compiled per model.  ``fused`` on CPU is :mod:`.generic`'s
+shared kernel instead, which needs no per-model compile and scores faster there.
 
 The eager strategies materialise several ``[rows, trees]`` tensors per tree level.
 Here the same modules (:class:`~.kernels.PerfectTreeTraversal` up to depth 10, else

@@ -77,7 +77,7 @@ class _Tables(ctypes.Structure):
         ("n_trees", ctypes.c_int64), ("n_features", ctypes.c_int64),
         ("n_outputs", ctypes.c_int64), ("top_depth", ctypes.c_int32),
         ("vector_leaves", ctypes.c_int32), ("top_packed", _P), ("top_threshold", _P),
-        ("top_node", _P), ("top_exit", _P), ("tree_levels", _P), ("packed", _P),
+        ("top_node", _P), ("top_exit", _P), ("tree_levels", _P), ("compact", _P), ("packed", _P),
         ("threshold", _P), ("child", _P), ("value", _P), ("group", _P), ("cat_row", _P),
         ("cat_unknown_left", _P), ("bits_left", _P), ("bits_known", _P),
         ("words", ctypes.c_int32), ("cat_check_before_trunc", ctypes.c_int32),
@@ -224,7 +224,8 @@ class _WalkTables:
 #: Struct field -> array name.
 _POINTERS = {
     "top_packed": "top_packed", "top_node": "top_node", "top_exit": "top_exit",
-    "tree_levels": "tree_levels", "packed": "packed", "child": "child", "value": "value",
+    "tree_levels": "tree_levels", "compact": "compact", "packed": "packed", "child": "child",
+    "value": "value",
     "group": "group", "cat_row": "cat_row", "cat_unknown_left": "cat_unknown_left",
     "bits_left": "bits_left", "bits_known": "bits_known",
 }  # fmt: skip
@@ -267,6 +268,12 @@ def _linked_tables(forest: Forest, acc: np.dtype[Any]) -> dict[str, np.ndarray]:
         "bits_left": bits.left.astype(np.uint32),
         "bits_known": bits.known.astype(np.uint32),
     }
+    offset = np.where(leaf, 0, first - np.arange(first.size).reshape(first.shape))
+    if p.feature.max(initial=0) < 1 << 16 and offset.max(initial=0) < 1 << 13:
+        arrays["compact"] = (
+            np.where(leaf, 0, p.feature) | (leaf | p.default_left) << 16
+            | (~leaf & p.missing_zero) << 17 | offset << 19
+        ).reshape(-1).astype(np.uint32).view(np.int32)  # fmt: skip
     if leaves.group is not None:
         arrays["group"] = leaves.group
     return {k: _c_array(v) for k, v in arrays.items()}
@@ -287,9 +294,8 @@ def _padded(orders: list[np.ndarray], width: int) -> list[np.ndarray]:
 
 
 def _c_array(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind in "iu" and a.dtype != np.uint32 and a.dtype != np.uint8:
-        a = a.astype(np.int32)
-    return np.ascontiguousarray(a)
+    """Ids and counts as int32 (the kernel's), other types as they are, contiguous."""
+    return np.ascontiguousarray(a.astype(np.int32) if a.dtype == np.int64 else a)
 
 
 def _top_tables(linked: dict[str, np.ndarray], top_depth: int) -> dict[str, np.ndarray]:

@@ -47,6 +47,9 @@ struct Tables {
   const int32_t* top_node;     // [T, 2^top_depth - 1] linked id (categorical tables)
   const int32_t* top_exit;     // [T, 2^top_depth] linked id where the top ends
   const int32_t* tree_levels;  // [T] levels below the top (<= 0: none)
+  // [nodes] or null: feature | default left << 16 | missing zero << 17 | (first child
+  // - node) << 19, where every feature and offset fits: one gather less per level.
+  const int32_t* compact;
   const int32_t* packed;       // [nodes] linked: feature | flags
   const void* threshold;       // [nodes] at the input's precision
   const int32_t* child;        // [nodes] flat id of the left child; the right one follows
@@ -169,24 +172,31 @@ namespace {
 
 inline __m256i splat(int32_t v) { return _mm256_set1_epi32(v); }
 
-// 1 where a lane goes right, 0 where it goes left (goes_right without categories).
-template <bool Zero>
+constexpr int32_t kCompactFeature = (1 << 16) - 1;
+constexpr int32_t kCompactDefaultLeft = 1 << 16;
+constexpr int32_t kCompactMissingZero = 1 << 17;
+constexpr int32_t kCompactOffset = 19;
+
+// 1 where a lane goes right, 0 where it goes left (goes_right without categories), for
+// packed words with the default-left and missing-zero flags at DL and MZ.
+template <bool Zero, int32_t DL = kDefaultLeft, int32_t MZ = kMissingZero>
 inline __m256i right8(__m256i pk, __m256 v, __m256 th, __m256 zero) {
   __m256 left = _mm256_cmp_ps(v, th, _CMP_LE_OQ);  // false for NaN
   __m256 missing = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
   if (Zero) {
     __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), zero, _CMP_LE_OQ);
-    __m256i flag = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(kMissingZero)), splat(kMissingZero));
+    __m256i flag = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(MZ)), splat(MZ));
     missing = _mm256_or_ps(missing, _mm256_and_ps(small, _mm256_castsi256_ps(flag)));
   }
-  __m256i dl = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(kDefaultLeft)), splat(kDefaultLeft));
+  __m256i dl = _mm256_cmpeq_epi32(_mm256_and_si256(pk, splat(DL)), splat(DL));
   left = _mm256_blendv_ps(left, _mm256_castsi256_ps(dl), missing);
   return _mm256_add_epi32(splat(1), _mm256_castps_si256(left));  // left is -1 or 0
 }
 
 // Each lane's value of its own node's feature.
+template <int32_t Mask = kFeatureMask>
 inline __m256 gathered(const float* xt, __m256i pk, int32_t log_block, __m256i lanes) {
-  __m256i feature = _mm256_and_si256(pk, splat(kFeatureMask));
+  __m256i feature = _mm256_and_si256(pk, splat(Mask));
   return _mm256_i32gather_ps(xt, _mm256_add_epi32(_mm256_slli_epi32(feature, log_block), lanes), 4);
 }
 
@@ -223,6 +233,16 @@ inline __m256i step8(const Tables& f, const Block8& b, __m256i n, __m256i lanes)
   return _mm256_add_epi32(first, right8<Zero>(pk, gathered(b.xt, pk, b.log_block, lanes), th, b.zero));
 }
 
+// step8 on compact words: the first child is the node plus the word's offset.
+template <bool Zero>
+inline __m256i step8_compact(const Tables& f, const Block8& b, __m256i n, __m256i lanes) {
+  __m256i pk = _mm256_i32gather_epi32(f.compact, n, 4);
+  __m256 th = _mm256_i32gather_ps(static_cast<const float*>(f.threshold), n, 4);
+  __m256 v = gathered<kCompactFeature>(b.xt, pk, b.log_block, lanes);
+  __m256i right = right8<Zero, kCompactDefaultLeft, kCompactMissingZero>(pk, v, th, b.zero);
+  return _mm256_add_epi32(_mm256_add_epi32(n, _mm256_srli_epi32(pk, kCompactOffset)), right);
+}
+
 // Below the top, level by level over the block's vectors still walking (independent
 // chains of gathers, which the core overlaps), until every row sits on a leaf: a leaf
 // goes left to itself.
@@ -236,9 +256,11 @@ void below8(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* 
     for (int32_t i = 0; i < count; ++i) {
       const int32_t r = walking[i];
       __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
-      __m256i next = step8<Zero>(f, b, n, lanes_at(r));
+      __m256i next = f.compact ? step8_compact<Zero>(f, b, n, lanes_at(r))
+                               : step8<Zero>(f, b, n, lanes_at(r));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), next);
-      if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(next, n)) != -1) walking[still++] = r;
+      walking[still] = r;  // kept unless every lane is on its leaf: no branch to guess
+      still += _mm256_movemask_epi8(_mm256_cmpeq_epi32(next, n)) != -1;
     }
     count = still;
   }
