@@ -141,7 +141,7 @@ def _no_cxx_compiler(tmp: Path) -> object:
     missing = {"cpp.cxx": (str(tmp / "no-such-compiler"),)}
     with pytest.MonkeyPatch.context() as env, inductor.patch(missing):
         env.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp / "inductor"))
-        cm = scoring.compile(built("xgb_clf")[0], backend="tensor", strategy="fused")
+        cm = scoring.compile(built("xgb_clf")[0], backend="tensor", strategy="compiled")
         return cm.predict(np.zeros((2, 6)))
 
 

@@ -12,8 +12,9 @@ short still returns what finished):
   the same files alone;
 * ``oom``: a batch larger than the device memory left free, split and retried, against
   the same batch scored without pressure;
-* ``packages``: strategy ``fused`` compiled in one process, then the ahead-of-time
-  package it leaves loaded by a second process: seconds, and whether outputs agree;
+* ``packages``: strategy ``compiled`` (``fused`` on CUDA) compiled in one process, then
+  the ahead-of-time package it leaves loaded by a second process: seconds, and whether
+  outputs agree;
 * ``explain``: contributions (TreeSHAP) on the device by batch size against the
   frameworks' own on every CPU core, with the largest difference between them.
 
@@ -444,7 +445,7 @@ import json, sys, time
 import numpy as np, torch
 import scoring
 began = time.perf_counter()
-cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[3], strategy="fused")
+cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[3], strategy="compiled")
 out = cm.predict_raw(np.load(sys.argv[2]))
 seconds = time.perf_counter() - began
 np.save(sys.argv[4], out)
@@ -453,7 +454,7 @@ print(json.dumps({"seconds": seconds, "dynamo": "torch._dynamo" in sys.modules})
 
 
 def packages(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
-    report = Report(out, "packages", "Compiled packages of strategy fused", device)
+    report = Report(out, "packages", "Compiled packages of strategy compiled", device)
     report.add("| model | first process | package built after | second process | "
                "Dynamo in second | max diff |", "|---|---:|---:|---:|---|---:|")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="scoring-gpu-packages-"))
@@ -472,7 +473,7 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
     rows = np.asarray(make_data(recipe, seed=2, n_rows=5_000)[0], dtype=np.float32)
     np.save(work / "rows.npy", rows)
     began = time.perf_counter()
-    cm = scoring.compile(path, backend="tensor", device=device, strategy="fused")
+    cm = scoring.compile(path, backend="tensor", device=device, strategy="compiled")
     first = cm.predict_raw(rows)
     compiled = time.perf_counter() - began
     store = cm.implementation.module.blocks.store

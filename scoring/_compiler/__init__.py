@@ -91,7 +91,8 @@ LAYOUT_BYTES: dict[str, Callable[[Forest], int]] = {
 }
 #: Elements of the widest intermediate per chunk of rows (bounds scratch memory).
 _CHUNK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 27}
-#: Node tests per row (trees x depth) from which a compile repays itself on CPU.
+#: Node tests per row (trees x depth) from which ``fused`` is worth its set-up (a compile
+#: on CUDA, tables and a measured schedule on CPU).
 FUSED_MIN_TESTS = 1000
 
 
@@ -131,7 +132,8 @@ def _perfect_fits(forest: Forest, max_bytes: int) -> bool:
 
 
 def fused_pays(forest: Forest) -> bool:
-    """Whether ``fused`` is worth timing for this forest (it costs a compile first)."""
+    """Whether the forest is large enough for ``fused``: on CUDA it costs a compile
+    first; on CPU ``auto`` times it (its schedule measured first) against native."""
     return forest.n_trees * max(forest.max_depth, 1) >= FUSED_MIN_TESTS
 
 

@@ -1,32 +1,47 @@
 """The ``fused`` strategy on CPU: one walk compiled once per machine, the forest as data.
 
-The compiled walk (:mod:`.fused`) generates and compiles code per model: 7-17 s on the
-quiet 2-core machine for XGBoost 500x8, a minute when it is busy, paid again by every
-new model version, worker and torch upgrade.  Here the forest's tables are arguments
-of one C++ kernel (``walk.cpp``) that every model shares, so a new model costs building
-its tables and choosing a schedule: well under a second.
+The compiled walk (:mod:`.fused`, strategy ``compiled``) generates and compiles code per
+model: 7-17 s on the quiet 2-core machine for XGBoost 500x8, a minute when it is busy,
+paid again by every new model version, worker and torch upgrade.  Here the forest's
+tables are arguments of one C++ kernel (``walk.cpp``) that every model shares, so a new
+model costs building its tables and measuring a schedule: well under a second.
 
 Why a C++ kernel through ``ctypes`` rather than a generic ``torch.compile`` program:
-measured on the 2-core machine (XGBoost 500x8, 100k rows, one run in alternation),
-the same two-part walk written scalar in C++ scored 173k rows/s and with AVX2 vectors
-of eight rows 297k, against the per-model compiled walk's 195k; inductor's generated
-loops gather one row at a time and cannot test a whole level of the top of every tree
-at once.  It needs only the system's C++ compiler, which ``torch.compile`` on CPU needs
-too; the library is plain C ABI (no torch headers: it builds in about 7 s), and
-``ctypes`` lets go of the GIL while it runs, so row chunks are spread over threads from
-Python (:data:`CHUNK_ROWS` per call, taken in turn: a busy core slows its chunks
-only, where an OpenMP team waits for its slowest thread at every barrier).
+measured on the 2-core machine (XGBoost 500x8, 100k rows, in alternation), the walk
+written scalar in C++ scored 173k rows/s and with AVX2 vectors of eight rows 297k,
+against the per-model compiled walk's 195k; inductor's generated loops gather one row
+at a time and cannot test a whole level of the top of every tree at once.  It needs
+only the system's C++ compiler, which ``torch.compile`` on CPU needs too; the library
+is plain C ABI (no torch headers: it builds in about 7 s), and ``ctypes`` lets go of the
+GIL while it runs, so row chunks are spread over threads from Python
+(:data:`CHUNK_ROWS` per call, taken in turn: a busy core slows its own chunks only,
+where an OpenMP team waits for its slowest thread at every barrier).
 
-The library is built the first time a machine needs it (or by ``make install``) into
-the user's compile cache (``$SCORING_COMPILE_CACHE``, as :mod:`.packages`), named by
-a digest of its source, the compiler's version, its flags and this CPU's instruction
-set, by atomic rename under a lock, so that workers starting together build it once.
+What the measurements kept, and left (same machine, one run each, in alternation):
+
+* levels outermost over a block's vectors, rather than each vector down its tree:
+  XGBoost 500x8 250k -> 340k rows/s (the vectors' gathers overlap);
+* siblings side by side, the next node the first child plus the test: LightGBM
+  500x256 83k -> 110k; below the top, a vector stops once its rows all sit on leaves;
+* compact node words (feature, flags and the first child's offset in one int32, where
+  they fit): one gather less per level, LightGBM 138k -> 155k; the vector kept or
+  dropped without a branch: 155k -> 168k;
+* not kept: a node's word and threshold in one 64-bit gather (Zen 3: 138k -> 121k), and
+  compacting the rows still walking into full vectors after each level (155k -> 139k,
+  though a vector of eight rows walks 7.8 levels below the top where a row walks 3.1).
+
+The library is built the first time a machine needs it (or by ``make install`` and
+``make demo``) into the user's compile cache (``$SCORING_COMPILE_CACHE``, as
+:mod:`.packages`, also where packages are ``off``), named by a digest of its source, its
+flags and this CPU's instruction set, by atomic rename under a lock, so that workers
+starting together build it once; a machine without a compiler loads one built before.
 
 How a forest is laid out and walked is chosen per model by measurement
 (:func:`choose_schedule`): how many top levels are a heap-ordered complete tree, how
-many of those are tested node by node for eight rows at once, rows per block, and the
-vector path or the scalar one; the choice is recorded in the strategy's reason and so
-in :attr:`CompiledModel.selection`'s neighbour, the report's strategy line.
+many of those are tested node by node for eight rows at once, and rows per block; the
+scalar path where the vector one does not apply (categorical splits, float64 values).
+The choice is recorded in :attr:`CompiledModel.selection` and the strategy's reason,
+which a job's report carries.
 """
 
 from __future__ import annotations
