@@ -47,7 +47,8 @@ def _sums(
     out = np.array(start.numpy(), copy=True, order="C")
     tables = walk.tables_for(schedule.top_depth)
     if not compact:
-        tables.struct.compact = None
+        for struct in tables.structs.values():
+            struct.compact = None
     walk.run(tables, schedule, rows, x64, out, threads=False)
     return out
 

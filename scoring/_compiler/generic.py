@@ -213,27 +213,29 @@ class Schedule:
 
 class _WalkTables:
     """A forest's tables for walk.cpp with a top of ``top_depth`` levels; the arrays
-    live as long as this object, the struct points into them."""
+    live as long as this object, the structs point into them: one for float32 inputs,
+    one for float64 (calls side by side may each take either, so neither is changed)."""
 
     def __init__(self, forest: Forest, linked: dict[str, np.ndarray], top_depth: int):
         self.arrays = {**linked, **_top_tables(linked, top_depth)}
         self.top_depth = top_depth
+        self.structs = {x64: self._struct(forest, x64) for x64 in (False, True)}
+
+    def _struct(self, forest: Forest, x64: bool) -> _Tables:
         a = self.arrays
-        self.struct = _Tables(
+        precision = "64" if x64 else "32"
+        struct = _Tables(
             n_trees=forest.n_trees, n_features=forest.n_features, n_outputs=forest.n_outputs,
-            top_depth=top_depth, vector_leaves=int(a["value"].ndim == 2),
+            top_depth=self.top_depth, vector_leaves=int(a["value"].ndim == 2),
             words=int(a["bits_left"].shape[1]),
             cat_check_before_trunc=int(forest.cat_check_before_trunc),
+            threshold=a["thr" + precision].ctypes.data,
+            top_threshold=a["top_thr" + precision].ctypes.data,
+            zero=ZERO_THRESHOLD[torch.float64 if x64 else torch.float32],
         )  # fmt: skip
         for field, name in _POINTERS.items():
-            setattr(self.struct, field, a[name].ctypes.data if name in a else None)
-
-    def use_threshold(self, x64: bool) -> None:
-        """Point the struct at the thresholds for float64 (else float32) inputs."""
-        suffix = "64" if x64 else "32"
-        self.struct.threshold = self.arrays["thr" + suffix].ctypes.data
-        self.struct.top_threshold = self.arrays["top_thr" + suffix].ctypes.data
-        self.struct.zero = ZERO_THRESHOLD[torch.float64 if x64 else torch.float32]
+            setattr(struct, field, a[name].ctypes.data if name in a else None)
+        return struct
 
 
 #: Struct field -> array name.
@@ -413,7 +415,7 @@ class GenericWalk:
 
     def run(self, tables: _WalkTables, schedule: Schedule, rows: np.ndarray, x64: bool,
             out: np.ndarray, *, threads: bool) -> None:  # fmt: skip
-        tables.use_threshold(x64)
+        struct = tables.structs[x64]
         n, width = rows.shape
         starts = range(0, n, CHUNK_ROWS)
 
@@ -422,7 +424,7 @@ class GenericWalk:
             x_at = rows.ctypes.data + first * width * rows.itemsize
             out_at = out.ctypes.data + first * out.shape[1] * out.itemsize
             status = self.lib.walk_score(
-                ctypes.byref(tables.struct), int(x64), int(self.acc == torch.float64),
+                ctypes.byref(struct), int(x64), int(self.acc == torch.float64),
                 self.zero, self.cat, x_at, count, out_at,
                 schedule.block, schedule.uniform, int(schedule.vector),
             )  # fmt: skip
