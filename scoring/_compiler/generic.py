@@ -68,7 +68,7 @@ import torch
 from .._ir import Forest, Tree
 from ..errors import CompileError
 from .kernels import _DEFAULT_LEFT, ZERO_THRESHOLD, pack_node_flags
-from .packages import _private
+from .packages import _private, cache_root
 from .tables import bitset_tables, leaf_tables, node_params, threshold32
 
 __all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_library"]
@@ -154,10 +154,7 @@ def _library_root() -> Path:
     """``$SCORING_COMPILE_CACHE``, else the user's cache, also when per-model packages are
     ``off`` (the kernel is the product's, not a model's); a private folder of this
     process where that folder is not the user's alone (the library is native code)."""
-    setting = os.environ.get("SCORING_COMPILE_CACHE", "")
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    own = setting and setting.lower() != "off"
-    root = Path(setting) if own else cache_home / "scoring" / "compiled"
+    root = cache_root()
     if root.exists() and not _private(root):
         return Path(tempfile.mkdtemp(prefix="scoring-walk-"))
     return root
@@ -391,7 +388,6 @@ class GenericWalk:
     def __init__(self, forest: Forest, *, acc: torch.dtype, schedule: Schedule | None = None):
         self.lib = kernel_library()
         self.acc = acc
-        self.n_outputs = forest.n_outputs
         self.zero = int(forest.has_missing_zero)
         self.cat = int(forest.has_categorical)
         self.vector_lanes = int(self.lib.walk_vector_lanes())

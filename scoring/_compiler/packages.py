@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["PackageStore", "build", "default_store"]
+__all__ = ["PackageStore", "build", "cache_root", "default_store"]
 
 #: Settings of the generated code, shared with the in-process ``torch.compile``: no index
 #: bound assertions, since every index the walk gathers with comes from our own tables.
@@ -51,11 +51,9 @@ _SOURCES = ("kernels.py", "fused.py", "__init__.py", "tables.py", "packages.py")
 
 def default_store() -> PackageStore | None:
     """The store named by ``$SCORING_COMPILE_CACHE`` (``off``: none), else the user's."""
-    setting = os.environ.get("SCORING_COMPILE_CACHE", "")
-    if setting.lower() == "off":
+    if os.environ.get("SCORING_COMPILE_CACHE", "").lower() == "off":
         return None
-    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    root = Path(setting) if setting else cache_home / "scoring" / "compiled"
+    root = cache_root()
     if root.exists() and not _private(root):
         warnings.warn(
             f"compiled packages are off: {root} is not a folder only you can write to "
@@ -64,6 +62,16 @@ def default_store() -> PackageStore | None:
         )  # fmt: skip
         return None
     return PackageStore(root)
+
+
+def cache_root() -> Path:
+    """``$SCORING_COMPILE_CACHE`` where it names a folder, else the user's cache (what
+    ``off`` turns off is per-model packages, not this folder)."""
+    setting = os.environ.get("SCORING_COMPILE_CACHE", "")
+    if setting and setting.lower() != "off":
+        return Path(setting)
+    cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache_home / "scoring" / "compiled"
 
 
 def _private(root: Path) -> bool:
