@@ -14,8 +14,8 @@ raises :class:`ResourceLimitError` naming the strategies that fit.
 
 ``fused`` walks every tree of a row block in one kernel.  On CPU that is one C++ kernel
 compiled once per machine, the forest passed as tables, with its layout and schedule
-chosen per model by measurement (:mod:`.generic`); the backend selection times it
-against the others and native.  On CUDA it is ``compiled``: the walk generated and
+chosen per model by measurement (:mod:`.generic`); ``auto`` times it against native
+(``scoring._model``).  On CUDA it is ``compiled``: the walk generated and
 compiled per model by torch.compile (:mod:`.fused`), picked for forests large enough
 to repay that (:func:`fused_pays`), since the GPU suite measured it fastest at every
 batch size from 1k rows (benchmarks/results/gpu/).  ``compiled`` runs on CPU too, as

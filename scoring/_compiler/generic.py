@@ -396,8 +396,12 @@ class GenericWalk:
         self._forest = forest
         #: Seconds each schedule tried took on the probe rows (empty when one was given).
         self.timings: dict[Schedule, float] = {}
+        #: Tables the schedule's measurement built, by top depth: the chosen one is kept.
+        self._measured: dict[int, _WalkTables] = {}
         self.schedule = schedule or choose_schedule(self)
-        self.tables = self.tables_for(self.schedule.top_depth)
+        top = self.schedule.top_depth
+        self.tables = self._measured.get(top) or self.tables_for(top)
+        self._measured.clear()
 
     def tables_for(self, top_depth: int) -> _WalkTables:
         return _WalkTables(self._forest, self._linked, top_depth)
@@ -474,7 +478,7 @@ def choose_schedule(walk: GenericWalk) -> Schedule:
 
 def _fastest(walk: GenericWalk, candidates: list[Schedule], rows: np.ndarray,
              out: np.ndarray) -> Schedule:  # fmt: skip
-    tables: dict[int, _WalkTables] = {}
+    tables = walk._measured
     for schedule in candidates:
         if schedule in walk.timings:
             continue
