@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +40,10 @@ __all__ = ["BUNDLE_FORMAT_VERSION", "Bundle", "ModelSchema", "schema_of", "sha25
 
 BUNDLE_FORMAT_VERSION = 1
 _MANIFEST = "manifest.json"
+
+
+#: A bundle's model file name: one plain name, never a path.
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def sha256_hex(data: bytes) -> str:
@@ -189,6 +194,11 @@ class Bundle:
             raise IntegrityError(f"bundle payload corrupted in transit: {exc}") from exc
         if manifest.get("format") != "scoring-bundle":
             raise ModelFileError("not a scoring bundle: its manifest has no scoring format")
+        if not _FILENAME.match(str(manifest["filename"])):  # it names a storage key later
+            raise ModelFileError(
+                f"not a scoring bundle: its model file name {manifest['filename']!r} is not a "
+                "plain file name"
+            )
         if int(manifest.get("format_version", 0)) > BUNDLE_FORMAT_VERSION:
             raise ModelFileError(
                 f"bundle format {manifest['format_version']} is newer than this scoring "

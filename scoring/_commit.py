@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from ._dataset import Fragment
+from ._staging import RECORD, compare, owned, refuse_publishing, say_changed, say_discarded
 from .errors import OutputError
 
 __all__ = [
@@ -160,6 +161,7 @@ class Committer:
         overwrite: bool = False,
         verify: bool = False,
         engine_files: tuple[str, ...] = (),
+        settings: dict[str, Any] | None = None,
     ):
         self.fs, root = fsspec.core.url_to_fs(str(url))
         self.url = str(url)
@@ -172,6 +174,9 @@ class Committer:
         self.staging = f"{self.root}/{STAGING}"
         #: Where an engine with its own committer writes, to be moved into place on publish.
         self.engine_dir = f"{self.staging}/_engine"
+        #: What this run was given, compared with an interrupted run's record (see
+        #: :mod:`scoring._staging`); the job key stands for model, kept columns, outputs.
+        self.settings = {"job_key": self.job_key, **(settings or {})}
 
     # -- before writing ------------------------------------------------------------
 
@@ -185,6 +190,7 @@ class Committer:
         """True when the output already holds this exact job, complete; raise when the
         output holds something else this run must not overwrite."""
         self._forget_listings()
+        kept = self._reconcile()
         previous = self.previous_manifest()
         if previous is not None:
             same = previous.get("job_key") == self.job_key and sorted(
@@ -194,13 +200,14 @@ class Committer:
                 if self.fs.exists(self.staging):  # left by a kill after _SUCCESS
                     self.fs.rm(self.staging, recursive=True)
                 return True
-            if same:  # a published file was deleted or replaced: rescore what it needs
-                return False
-            if not self.overwrite:
+            if not same and not self.overwrite:
                 raise OutputError(
                     f"output {self.url!r} already holds a completed run of another model or "
                     "input; choose a new output or pass overwrite=True (--overwrite)"
                 )
+            # The same job with a published file deleted or replaced rescores what it
+            # needs; another job replaces it.
+            self._record_run(**_extras(kept, self.settings))
             return False
         # Outputs an interrupted publish already moved into place are ours too, and so
         # are those of the run it was publishing over (its manifest names them).
@@ -214,7 +221,59 @@ class Committer:
                 f"output {self.url!r} holds files scoring did not write ({foreign[0]!r}, ...); "
                 "choose an empty or new output location"
             )
+        self._record_run(**_extras(kept, self.settings))
         return False
+
+    # -- the run's record (see :mod:`scoring._staging`) ---------------------------------
+
+    @property
+    def _record(self) -> str:
+        return f"{self.staging}/{RECORD}"
+
+    def _run_record(self) -> dict[str, Any] | None:
+        if not self.fs.exists(self._record):
+            return None
+        return dict(json.loads(self.fs.cat_file(self._record)))
+
+    def _record_run(self, **extra: Any) -> None:
+        """This run's record, written before any file is staged (the marker that the
+        staging folder is scoring's)."""
+        self.fs.makedirs(self.staging, exist_ok=True)
+        record = {**self.settings, **extra}
+        self._write_whole(self._record, json.dumps(record, default=str).encode())
+
+    def _reconcile(self) -> dict[str, Any] | None:
+        """Settle an interrupted run's staging for this run: refuse a ``_temporary`` that
+        is not scoring's; discard staged files written with other contents, or keep them
+        with this run's settings (saying which); returns the record kept, if any."""
+        if not self.fs.exists(self.staging):
+            return None
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.staging, detail=False)]
+        if not owned(names):
+            raise OutputError(
+                f"output {self.url!r} holds a {STAGING}/ folder scoring did not write (no "
+                f"{RECORD} or journal in it); remove it if nothing writes there, or choose "
+                "another output"
+            )
+        record = self._run_record()
+        if record is None:
+            return None  # an earlier version's journal: its entries name their job
+        rerun = compare(record, self.settings)
+        staged = len(self.fs.glob(f"{self.staging}/_journal/*.json"))
+        if rerun.discard:
+            if record.get("publishing"):
+                raise refuse_publishing(self.url, rerun.discard, record, self.settings)
+            say_discarded(self.url, rerun.discard, record, self.settings, staged)
+            self._discard_staging(record)
+            return None
+        if rerun.changed:
+            say_changed(self.url, rerun.changed, record, self.settings, staged)
+            self._record_run(**_extras(record, self.settings))
+        return record
+
+    def _discard_staging(self, record: dict[str, Any]) -> None:
+        """Remove what an interrupted run staged (its record proves it scoring's)."""
+        self.fs.rm(self.staging, recursive=True)
 
     def _damaged(self, manifest: dict[str, Any]) -> list[str]:
         """Published files the manifest names that are gone, not of their recorded size
@@ -418,6 +477,8 @@ class Committer:
     def _begin(self) -> None:
         self.publication = Publication(self.url, time.monotonic())
         _PUBLICATIONS[:] = [*_PUBLICATIONS[-15:], self.publication]
+        # From here the run's files may be in place: a rerun with other contents refuses.
+        self._record_run(**{**_extras(self._run_record(), self.settings), "publishing": True})
 
     def _step(self, done: str) -> None:
         """Called after each step of a publication (the fault tests stop it there)."""
@@ -491,6 +552,11 @@ class Committer:
         self.publication.phase = "published"
         self._step("marked the output complete")
         return manifest
+
+
+def _extras(record: dict[str, Any] | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """What a run's record holds beyond its settings (a Delta run's id, ``publishing``)."""
+    return {k: v for k, v in (record or {}).items() if k not in settings}
 
 
 def _files(manifest: dict[str, Any]) -> list[dict[str, Any]]:

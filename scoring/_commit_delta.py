@@ -2,15 +2,17 @@
 published as one commit to the table's transaction log (delta-rs, no JVM).
 
 A run writes its files under the table's ``_temporary/`` (readers and ``VACUUM`` skip
-``_`` folders) and journals each, as any run does; ``_temporary/_delta_run.json`` names
-the run (an id, its mode, its job key).  Publication moves the files into the table
-folder under ``scoring-<run id>/`` and then adds them all in one commit, which carries
-the application transaction ``scoring-<run id>``: readers see every row of the run in
-one new version, or none of it.
+``_`` folders) and journals each, as any run does; ``_temporary/_scoring_run.json``
+records the run: its id and what it was given (:mod:`scoring._staging`).  Publication
+moves the files into the table folder under ``scoring-<run id>/`` and then adds them
+all in one commit, which carries the application transaction ``scoring-<run id>``:
+readers see every row of the run in one new version, or none of it.
 
 A rerun after a kill finds the run's record: if the table already holds its
 transaction (killed after the commit) the run is complete; otherwise it resumes, the
-journal's files (staged, or already moved) counting as done, and commits once.  A new
+journal's files (staged, or already moved) counting as done, and commits once, with
+the rerun's own mode (a rerun given other contents discards the staged files, or
+refuses once the interrupted run had begun publishing).  A new
 run into a table that exists follows its mode: ``error`` refuses (the default, as
 Spark's and delta-rs's writers do), ``append`` adds a version, ``overwrite`` replaces
 the table's rows in one version.
@@ -22,6 +24,7 @@ The Spark engine writes through Spark's own committer (:meth:`publish_files`): i
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from datetime import datetime, timezone
@@ -30,13 +33,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._commit import Committer, Entry
+from ._commit import Committer, Entry, _extras
 from ._dataset import Fragment, delta_storage_options
+from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
 __all__ = ["MODES", "DeltaCommitter"]
 
 MODES = ("error", "append", "overwrite")
+log = logging.getLogger("scoring.output")
 
 
 class DeltaCommitter(Committer):
@@ -49,19 +54,16 @@ class DeltaCommitter(Committer):
         verify: bool = False,
         run_id: str | None = None,
         engine_files: tuple[str, ...] = (),
+        settings: dict[str, Any] | None = None,
     ):
         if mode not in MODES:
             raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
         super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify,
-                         engine_files=engine_files)  # fmt: skip
+                         engine_files=engine_files, settings=settings)  # fmt: skip
         self.mode = mode
         self.run_id = run_id  # set by check_target: the pending run's, or a new one
         self.table_uri = url
         _deltalake()  # refused before anything is written when delta-rs is missing
-
-    @property
-    def _record(self) -> str:
-        return f"{self.staging}/_delta_run.json"
 
     def for_worker(self) -> DeltaCommitter:
         return DeltaCommitter(self.url, job=self.job, mode=self.mode, run_id=self.run_id)
@@ -73,28 +75,42 @@ class DeltaCommitter(Committer):
 
     def check_target(self, fragments: list[Fragment]) -> bool:
         """True when this run's commit already landed (a rerun after a kill between the
-        commit and the cleanup); raise when the mode refuses an existing table."""
+        commit and the cleanup); raise when the mode refuses an existing table.  An
+        interrupted run's staging is settled first (:mod:`scoring._staging`): resumed
+        with this run's mode, or discarded when it holds other contents."""
         self._forget_listings()
-        pending = self._pending()
-        if pending is not None and pending["job_key"] == self.job_key:
-            self.run_id, self.mode = pending["run"], pending["mode"]
+        pending = self._reconcile() or self._legacy_record()
+        if pending is not None and pending.get("job_key") == self.job_key:
+            self.run_id = pending["run"]
             if self._committed():
+                if pending.get("mode", self.mode) != self.mode:
+                    log.warning("output %s: the interrupted run's commit (mode %s) had "
+                                "landed; nothing to do", self.url, pending["mode"])  # fmt: skip
                 self.fs.rm(self.staging, recursive=True)
                 return True
-            return False
-        if pending is not None:  # another job's unfinished run: nothing of it is visible
-            self.fs.rm(self.staging, recursive=True)
+        else:
+            self.run_id = uuid.uuid4().hex[:16]
         if self.mode == "error" and self._table() is not None:
             raise OutputError(
                 f"Delta table {self.url!r} already exists; set the output mode to 'append' "
                 "(this run's rows as a new version) or 'overwrite' (they replace the "
                 "table's rows), or choose a new table"
             )
-        self.run_id = uuid.uuid4().hex[:16]
-        record = {"run": self.run_id, "mode": self.mode, "job_key": self.job_key}
-        self.fs.makedirs(self.staging, exist_ok=True)
-        self._write_whole(self._record, json.dumps(record).encode())
+        self._record_run(**{**_extras(pending, self.settings), "run": self.run_id})
         return False
+
+    def _legacy_record(self) -> dict[str, Any] | None:
+        """An earlier version's record of an interrupted run (its id, mode, job key)."""
+        path = f"{self.staging}/{LEGACY_RECORDS[0]}"
+        return dict(json.loads(self.fs.cat_file(path))) if self.fs.exists(path) else None
+
+    def _discard_staging(self, record: dict[str, Any]) -> None:
+        """The staging, and the folder a run placed files in before its commit."""
+        if record.get("run"):
+            folder = f"{self.root}/scoring-{record['run']}"
+            if self.fs.exists(folder) and not self._committed_run(str(record["run"])):
+                self.fs.rm(folder, recursive=True)
+        super()._discard_staging(record)
 
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
         """Journal entries only: a published Delta run leaves no journal behind."""
@@ -109,11 +125,6 @@ class DeltaCommitter(Committer):
     def previous_manifest(self) -> dict[str, Any] | None:
         return None  # the table's log is the record of what was published
 
-    def _pending(self) -> dict[str, Any] | None:
-        if not self.fs.exists(self._record):
-            return None
-        return dict(json.loads(self.fs.cat_file(self._record)))
-
     def _table(self) -> Any:
         deltalake = _deltalake()
         try:
@@ -122,8 +133,11 @@ class DeltaCommitter(Committer):
             return None
 
     def _committed(self) -> bool:
+        return self._committed_run(str(self.run_id))
+
+    def _committed_run(self, run: str) -> bool:
         table = self._table()
-        return table is not None and table.transaction_version(self._app_id) is not None
+        return table is not None and table.transaction_version(f"scoring-{run}") is not None
 
     @property
     def _app_id(self) -> str:

@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import InputError, InputFileError, cause_line, translated
+from .errors import DependencyError, InputError, InputFileError, cause_line, translated
 
 __all__ = [
     "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
@@ -68,6 +68,8 @@ class InputDataset:
     conflicts: dict[str, str] = field(default_factory=dict)
     #: A Delta table's pinned snapshot: ``{"format": "delta", "version": N}``; else None.
     snapshot: dict[str, Any] | None = None
+    #: The version asked for when it was opened (a number or a time; None: the latest).
+    requested_version: int | str | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -228,8 +230,9 @@ def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
     except ImportError:
-        raise InputError(
-            f"input {url!r} is a Delta table: reading it needs pip install 'scoring[delta]'"
+        raise DependencyError(
+            f"input {url!r} is a Delta table: reading it needs delta-rs: pip install "
+            "'scoring[delta]'"
         ) from None
     fs, root = fsspec.core.url_to_fs(url)
     root = root.rstrip("/")
@@ -245,8 +248,7 @@ def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
     except InputFileError:
         raise
     except (DeltaError, ValueError) as exc:  # ValueError: a time that is no ISO 8601 time
-        raise InputFileError(f"cannot read Delta table {url!r} at {version or 'its latest'}: "
-                             f"{cause_line(exc)}") from None  # fmt: skip
+        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
     _refuse_rewriting_features(table, url)
     schema = pa.schema(table.schema().to_arrow())
     adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
@@ -261,7 +263,40 @@ def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
     dataset = pads.FileSystemDataset(pieces, schema=schema, format=fmt, filesystem=filesystem)
     data = _dataset(url, fs, pieces, root, dataset)
     data.snapshot = {"format": "delta", "version": int(table.version())}
+    data.requested_version = number if number is not None else version
     return data
+
+
+def _unreadable(url: str, fs: Any, root: str, version: int | str | None, exc: Exception) -> str:
+    """Why a Delta table cannot be read, naming a damaged commit file (the newest,
+    when the latest version was asked for) and the older versions that still read."""
+    at = version or "its latest version"
+    said = f"cannot read Delta table {url!r} at {at}: {cause_line(exc)}"
+    if version is not None:
+        return said
+    commits = sorted(p for p in fs.glob(f"{root}/_delta_log/*.json")
+                     if p.rsplit("/", 1)[-1][:-5].isdigit())  # fmt: skip
+    if not commits or _parses(fs, commits[-1]):
+        return said
+    newest = int(commits[-1].rsplit("/", 1)[-1][:-5])
+    older = (f"; --input-version {newest - 1} (input_version = {newest - 1}) still reads "
+             "the versions before it" if newest > 0 else "")  # fmt: skip
+    return (
+        f"cannot read Delta table {url!r}: its latest version {newest} has a damaged commit "
+        f"file _delta_log/{commits[-1].rsplit('/', 1)[-1]} ({cause_line(exc)}){older}"
+    )
+
+
+def _parses(fs: Any, path: str) -> bool:
+    import json
+
+    try:
+        for line in fs.cat_file(path).decode().splitlines():
+            if line.strip():
+                json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _load_as_of(table: Any, when: str, url: str) -> None:

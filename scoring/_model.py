@@ -215,8 +215,16 @@ def compile_imported(
         # one would cost a new model's first row about half a second.
         on_cpu = backend == "auto" and dev.type == "cpu"
         large = on_cpu and strategy == "auto" and fused_pays(forest)
-        impl = TensorBackend(forest, device=dev, strategy="fused" if large else strategy,
-                             batch_size=batch_size)  # fmt: skip
+        try:
+            impl = TensorBackend(forest, device=dev, strategy="fused" if large else strategy,
+                                 batch_size=batch_size)  # fmt: skip
+        except CompileError as exc:
+            if not on_cpu:
+                raise
+            # auto on CPU: the native predictor is a right answer too; say why it runs.
+            native = NativeBackend(model, forest)
+            native.strategy_reason = f"native predictor: the tensor backend failed ({exc})"
+            return CompiledModel(forest=forest, implementation=native, _source=model)
         if on_cpu:
             candidates: list[Backend] = [impl, NativeBackend(model, forest)]
             impl, timings = _fastest_on_cpu(forest, candidates)

@@ -170,7 +170,7 @@ TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
     "registry database": {
         "sqlalchemy.exc.ArgumentError": RegistryAccessError,
         "sqlalchemy.exc.DatabaseError": RegistryAccessError,  # unreachable, locked, corrupt
-        "builtins.ImportError": RegistryAccessError,  # its driver is not installed
+        "builtins.ImportError": DependencyError,  # its driver is not installed
     },
     "ray": {
         "ray.exceptions.RayError": EngineError,
@@ -195,20 +195,41 @@ def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
 
 
 def cause_line(exc: BaseException, *, first_line: bool = False) -> str:
-    """The innermost cause's last (or first) line: wrappers end theirs with advice on
-    debug variables (torch.compile keeps the cause in ``inner_exception``)."""
+    """The innermost cause's last (or first) meaningful line: wrappers end theirs with
+    advice on debug variables (torch.compile keeps the cause in ``inner_exception``).  A
+    backtrace a library appends (delta-rs with ``RUST_BACKTRACE``, a Python traceback
+    in a server's reply) is never that line."""
     inner = exc.__cause__ or getattr(exc, "inner_exception", None)
     while isinstance(inner, BaseException):
         exc = inner
         inner = exc.__cause__ or getattr(exc, "inner_exception", None)
-    detail = [line for line in str(exc).strip().splitlines() if line.strip()]
+    detail = _meaningful(str(exc))
     if not detail:
         return type(exc).__name__
     # XGBoost's first line is its reason behind a log stamp: "[10:42:01] src/json.cc:9: ".
     return _LOG_STAMP.sub("", detail[0]) if first_line else detail[-1]
 
 
+def _meaningful(message: str) -> list[str]:
+    """The lines of ``message`` before any backtrace, less frame lines and blanks."""
+    lines = []
+    for line in message.strip().splitlines():
+        if _BACKTRACE_START.match(line):
+            break
+        if line.strip() and not _FRAME.match(line):
+            lines.append(line.strip())
+    return lines
+
+
 _LOG_STAMP = re.compile(r"^\[[\d:]+\] \S+: ")
+#: Where a backtrace begins: Rust's (``RUST_BACKTRACE``: "stack backtrace:" or its first
+#: numbered frame), Python's, Java's ("\tat ...").
+_BACKTRACE_START = re.compile(
+    r"^\s*(stack backtrace:|Stack backtrace:|Traceback \(most recent call last\)|"
+    r"\d+: (<unknown>|\S+::|0x[0-9a-f]+|start_thread|clone)|\tat |Caused by:\s*$)"
+)
+#: A frame line on its own: "  at ./src/file.rs:81:0", "  File \"x.py\", line 3", "  12: fn".
+_FRAME = re.compile(r"^\s+(at \S+:\d+|File \".*\", line \d+|\d+: \S+)")
 
 
 class translated:

@@ -172,7 +172,7 @@ TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringErro
     ("registry database", "sqlalchemy.exc.ArgumentError"):
         (_database("not a database url"), errors.RegistryAccessError),
     ("registry database", "builtins.ImportError"):
-        (_database("mysql://localhost/registry"), errors.RegistryAccessError),
+        (_database("mysql://localhost/registry"), errors.DependencyError),
     ("registry database", "sqlalchemy.exc.DatabaseError"):
         (_database_corrupt, errors.RegistryAccessError),
     ("ray", "ray.exceptions.RayError"): (_raised_in("ray", _ray_error), errors.EngineError),

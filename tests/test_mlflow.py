@@ -394,3 +394,46 @@ def test_readme_mlflow_examples(tracking_uri: str, tmp_path: Path,
     exec(block("import mlflow\nimport scoring\n\ncm = scoring.compile("), namespace)
     np.testing.assert_array_equal(namespace["labels"], namespace["cm"].predict(X.iloc[:500]))
     np.testing.assert_array_equal(namespace["proba"], namespace["cm"].predict_proba(X.iloc[:500]))
+
+
+def test_an_alias_is_resolved_once(
+    tracking_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The alias moves to another version while the model downloads (a promotion): the
+    registered model is the version its tags name."""
+    import xgboost
+
+    from scoring._frameworks import _mlflow as loader
+
+    X = _rows(300, seed=11)
+    first = xgboost.XGBClassifier(n_estimators=5, max_depth=2).fit(X, _target(X))
+    second = xgboost.XGBClassifier(n_estimators=9, max_depth=4).fit(X, 1 - _target(X))
+    ref = _log("xgboost", "moving", first)
+    _log("xgboost", "moving", second)
+    mlflow.MlflowClient().set_registered_model_alias("moving", "champion", "1")
+    download = loader._download
+
+    def promoted_meanwhile(*args: Any) -> str:
+        mlflow.MlflowClient().set_registered_model_alias("moving", "champion", "2")
+        return download(*args)
+
+    monkeypatch.setattr(loader, "_download", promoted_meanwhile)
+    mv = scoring.Registry(tmp_path / "reg").register("moving", ref)
+    assert mv.tags["mlflow.model_version"] == "1"
+    np.testing.assert_allclose(scoring.Registry(tmp_path / "reg").load(mv.ref).predict_proba(X),
+                               first.predict_proba(X), rtol=1e-6)  # fmt: skip
+
+
+@pytest.mark.timeout(120)  # a hang guard: MLflow's own retries took minutes
+def test_export_to_an_unreachable_server_says_so_at_once(tmp_path: Path) -> None:
+    import xgboost
+
+    X = _rows(100, seed=12)
+    home = tmp_path / "home"
+    scoring.Registry(home).register("m", xgboost.XGBClassifier(n_estimators=2).fit(X, _target(X)))
+    uri = f"http://127.0.0.1:{free_port()}"
+    result = runner.invoke(app, ["models", "export", "m@1", "--mlflow", "--mlflow-uri", uri,
+                                 "--registry", str(home)])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is unreachable" in lines[0], result.stderr

@@ -142,11 +142,18 @@ def _built_library() -> Path:
     target = root / f"walk-{_library_digest()}.so"
     if target.exists():  # a machine without a compiler can load one built before
         return target
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(root / "walk.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a worker starting beside us builds it once
-        if not target.exists():
-            _compile_library(target)
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(root / "walk.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a worker starting beside us builds it once
+            if not target.exists():
+                _compile_library(target)
+    except OSError as exc:  # read-only, no permission, disk full, a file in the way
+        raise CompileError(
+            f"strategy 'fused' builds its kernel once into {root}, which cannot be written "
+            f"({exc.strerror or exc}: {exc.filename or root}); make it writable, or set "
+            "SCORING_COMPILE_CACHE to a folder you can write"
+        ) from exc
     return target
 
 

@@ -36,6 +36,7 @@ from .base import (
     ModelSource,
     ScoreReport,
     check_outside_process,
+    output_failures,
     plan_run,
     publish,
     report,
@@ -116,7 +117,7 @@ def score_parquet(
         check_outside_process(engine, source_url, str(output))
     registry_url = [] if isinstance(registry, ModelStore) else [root_url(registry)]
     stores = store_config(storage_options, [source_url, str(output), *registry_url])
-    with configured(stores):
+    with configured(stores), output_failures(str(output)):
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                local=runner.local)  # fmt: skip
         data = (
@@ -127,7 +128,8 @@ def score_parquet(
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
                            backend=backend, lease=lease, stores=stores,
-                           output_format=output_format, mode=mode)  # fmt: skip
+                           output_format=output_format, mode=mode,
+                           settings={"engine_options": dict(engine_options or {})})  # fmt: skip
             run.monitor = monitor
             if run.complete:
                 return report(run, engine=engine, timeline=[])

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +39,7 @@ from .._registry import ModelStore
 from .._scorer import Scorer
 from .._stores import StoreConfig
 from .._version import __version__
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError, ScoringError
 
 __all__ = [
     "ENGINES",
@@ -48,6 +49,7 @@ __all__ = [
     "ScoreReport",
     "Scored",
     "check_outside_process",
+    "output_failures",
     "output_metadata",
     "parse_options",
     "plan_run",
@@ -373,11 +375,14 @@ def plan_run(
     stores: StoreConfig | None = None,
     output_format: str = "parquet",
     mode: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
     ``output_format`` ``delta``: a Delta table, written as ``mode`` says
-    (:mod:`scoring._commit_delta`)."""
+    (:mod:`scoring._commit_delta`).  ``settings``: the rest of what the run was given
+    (engine, its options), recorded beside its staged files and compared on a rerun
+    (:mod:`scoring._staging`)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
@@ -392,12 +397,15 @@ def plan_run(
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
+             "engine": engine.name, **(settings or {})}  # fmt: skip
     committer = _committer(output, job=job, output_format=output_format, mode=mode,
-                           overwrite=overwrite, verify=verify, engine=engine)  # fmt: skip
+                           overwrite=overwrite, verify=verify, engine=engine,
+                           settings=given)  # fmt: skip
     data = _pinned(data, committer)
     complete = committer.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
-        committer.pin_input(data.snapshot)
+        committer.pin_input({**data.snapshot, "requested": data.requested_version})
     done = {} if complete or not engine.resumes else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
@@ -406,12 +414,13 @@ def plan_run(
 
 def _committer(
     output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
-    overwrite: bool, verify: bool, engine: Engine,
+    overwrite: bool, verify: bool, engine: Engine, settings: dict[str, Any],
 ) -> Committer:  # fmt: skip
     if output_format == "delta":
         mode = mode or ("overwrite" if overwrite else "error")
         return DeltaCommitter(output, job=job, mode=mode, verify=verify,
-                              engine_files=engine.engine_files)  # fmt: skip
+                              engine_files=engine.engine_files,
+                              settings={"format": "delta", "mode": mode, **settings})  # fmt: skip
     if output_format != "parquet":
         raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
     if mode not in (None, "error", "overwrite"):
@@ -420,16 +429,40 @@ def _committer(
             "is published whole, replacing the previous run (mode 'overwrite')"
         )
     return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
-                     verify=verify, engine_files=engine.engine_files)  # fmt: skip
+                     verify=verify, engine_files=engine.engine_files,
+                     settings={"format": "parquet", **settings})  # fmt: skip
 
 
 def _pinned(data: InputDataset, committer: Committer) -> InputDataset:
     """A versioned input (a Delta table) at the version an interrupted run of this job
-    read (its journal holds files of that version), else as opened."""
+    read (its journal holds files of that version), else as opened.  Only a rerun
+    asking for the same version (or, both, the latest) resumes that snapshot: one
+    asking for another reads what it asked for, and the staged files are discarded."""
     pinned = committer.pinned_input() if data.snapshot is not None else None
-    if pinned is not None and data.snapshot != pinned:
-        return open_input(data.url, version=int(pinned["version"]))
+    if pinned is None or pinned.pop("requested", None) != data.requested_version:
+        return data
+    if data.snapshot != pinned:
+        reopened = open_input(data.url, version=int(pinned["version"]))
+        reopened.requested_version = data.requested_version
+        return reopened
     return data
+
+
+@contextmanager
+def output_failures(output: str) -> Iterator[None]:
+    """An OSError on the output's own files (a full disk, no permission, a file where a
+    folder must be) as one line naming the output, the path and the fix."""
+    try:
+        yield
+    except OSError as exc:
+        path = str(exc.filename or "")
+        root = fsspec.core.url_to_fs(output)[1].rstrip("/")
+        if isinstance(exc, ScoringError) or not path or not path.startswith(root):
+            raise
+        raise OutputError(
+            f"output {output!r} cannot be written ({exc.strerror or exc}: {path}); free "
+            "space or grant permission there, or choose another output"
+        ) from exc
 
 
 def _check_apart(input_url: str, output_url: str) -> None:

@@ -22,7 +22,14 @@ import torch
 from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
 from . import catboost, lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
-from ._mlflow import MlflowModel, is_mlflow_ref, load_mlflow_model, mlflow_name, mlflow_tracking
+from ._mlflow import (
+    MlflowModel,
+    check_reachable,
+    is_mlflow_ref,
+    load_mlflow_model,
+    mlflow_name,
+    mlflow_tracking,
+)
 from ._protocol import FRAMEWORKS, Framework, NativeModel, native_input
 from ._wrappers import fitted_model
 
@@ -35,6 +42,7 @@ __all__ = [
     "framework_of",
     "import_model",
     "MlflowModel",
+    "check_reachable",
     "is_mlflow_ref",
     "library_versions",
     "load_mlflow_model",

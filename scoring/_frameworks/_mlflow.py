@@ -31,7 +31,10 @@ from typing import Any
 
 from ..errors import DependencyError, ModelFileError, ModelNotFoundError, UntrustedModelError
 
-__all__ = ["MlflowModel", "is_mlflow_ref", "load_mlflow_model", "mlflow_name", "mlflow_tracking"]
+__all__ = [
+    "MlflowModel", "check_reachable", "is_mlflow_ref", "load_mlflow_model", "mlflow_name",
+    "mlflow_tracking",
+]  # fmt: skip
 
 _SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
 #: Flavors in the order one is picked when an MLflow model has several.
@@ -104,10 +107,14 @@ def load_mlflow_model(
         if Path(ref).is_dir():
             path = Path(ref)
         else:
-            _check_reachable(uri)
-            source.update(_registered(mlflow, ref, uri), **{"mlflow.tracking_uri": uri})
-            path = Path(_download(mlflow, ref, uri, f"{tmp}/artifacts"))
-        meta = mlflow.models.Model.load(str(path / "MLmodel"))
+            check_reachable(uri)
+            found = _registered(mlflow, ref, uri)
+            source.update(found, **{"mlflow.tracking_uri": uri})
+            # The version found, not the alias again: an alias moved in between (a
+            # promotion during a long download) would load another version than the
+            # one recorded.
+            path = Path(_download(mlflow, _pinned_ref(ref, found), uri, f"{tmp}/artifacts"))
+        meta = _meta(mlflow, path, ref)
         if meta.run_id:
             source.setdefault("mlflow.run_id", str(meta.run_id))
         flavor = _tree_flavor(meta.flavors, ref)
@@ -129,7 +136,7 @@ def _mlflow() -> Any:
     return mlflow
 
 
-def _check_reachable(uri: str) -> None:
+def check_reachable(uri: str) -> None:
     """One line, at once, for a server that does not answer (see the module)."""
     if not uri.startswith(("http://", "https://")):
         return
@@ -168,6 +175,14 @@ def _registered(mlflow: Any, ref: str, uri: str) -> dict[str, str]:
     return {"mlflow.model_version": str(mv.version), "mlflow.run_id": str(mv.run_id or "")}
 
 
+def _pinned_ref(ref: str, found: dict[str, str]) -> str:
+    """``models:/NAME@ALIAS`` as ``models:/NAME/VERSION`` of the version it named."""
+    if not ref.startswith("models:/") or "@" not in ref or "mlflow.model_version" not in found:
+        return ref
+    name = ref.removeprefix("models:/").split("@", 1)[0]
+    return f"models:/{name}/{found['mlflow.model_version']}"
+
+
 def _not_found(ref: str, uri: str, exc: Any) -> ModelNotFoundError:
     first = str(exc.message if hasattr(exc, "message") else exc).splitlines()[0]
     return ModelNotFoundError(
@@ -190,6 +205,22 @@ def _download(mlflow: Any, ref: str, uri: str, into: str) -> str:
         raise ModelFileError(f"cannot download MLflow model {ref!r} from {uri}: {exc}") from None
 
 
+def _meta(mlflow: Any, path: Path, ref: str) -> Any:
+    """The MLmodel file, or one line on why it cannot be read."""
+    from ..errors import cause_line
+
+    try:
+        meta = mlflow.models.Model.load(str(path / "MLmodel"))
+    except Exception as exc:  # yaml's errors, MLflow's, a file gone: all one cause
+        raise ModelFileError(
+            f"MLflow model {ref!r}: its MLmodel file cannot be read ({type(exc).__name__}: "
+            f"{cause_line(exc, first_line=True)}); log the model again"
+        ) from exc
+    if not isinstance(getattr(meta, "flavors", None), dict):
+        raise ModelFileError(f"MLflow model {ref!r}: its MLmodel file names no flavors")
+    return meta
+
+
 def _tree_flavor(flavors: dict[str, Any], ref: str) -> str:
     for flavor in _TREE_FLAVORS:
         if flavor in flavors:
@@ -207,8 +238,16 @@ Loader = Callable[..., Any]
 
 
 def _as_file(path: Path, data: str, tmp: str, suffix: str) -> Path:
-    """The flavor's data file under a name whose suffix picks our loader for it."""
+    """The flavor's data file under a name whose suffix picks our loader for it: a file
+    inside the model's own folder, whatever the MLmodel says (an absolute path, ``..``,
+    a URL or a link leading out of it is refused)."""
     src = path / data
+    inside = src.resolve().is_relative_to(path.resolve())
+    if "://" in data or Path(data).is_absolute() or not inside:
+        raise ModelFileError(
+            f"MLflow model {str(path)!r}: its MLmodel names the file {data!r}, outside the "
+            "model's folder; an MLmodel names its files relative to its own folder"
+        )
     if not src.is_file():
         raise ModelFileError(f"MLflow model file {str(src)!r} is missing: the model is damaged")
     dst = Path(tmp) / f"model{suffix}"
@@ -247,10 +286,16 @@ def _xgboost(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: 
     if kind not in _XGBOOST_CLASSES:
         raise ModelFileError(f"MLflow model {ref!r} names an unknown XGBoost class {kind!r}")
     model = getattr(xgboost, kind)()
-    from ..errors import translated
+    from ..errors import cause_line, translated
 
     with translated("model file", f"cannot read MLflow model {ref!r}", first_line=True):
-        model.load_model(str(file))
+        try:
+            model.load_model(str(file))
+        except TypeError as exc:  # XGBoost: the file is of another estimator type
+            raise ModelFileError(
+                f"MLflow model {ref!r}: its MLmodel names the class {kind}, but the file "
+                f"holds another kind of model ({cause_line(exc, first_line=True)})"
+            ) from exc
     return model
 
 
@@ -310,12 +355,29 @@ def _named(model: Any, names: list[str], ref: str) -> Any:
             f"MLflow model {ref!r}: its signature has {len(names)} columns, the model "
             f"{forest.n_features} features; log it again with a matching signature"
         )
-    return _rename(model, names)
+    return _rename(model, names, ref)
 
 
-def _rename(model: Any, names: list[str]) -> Any:
+def _rename(model: Any, names: list[str], ref: str) -> Any:
     """The same model with ``names`` as its recorded feature names, in its own format
-    (what the registry stores)."""
+    (what the registry stores); refused by name where that cannot be done, so that a
+    model is never read by position against a signature that names its columns."""
+    from .._inputs import feature_names
+    from . import import_model
+
+    renamed = _renamed(model, names)
+    if renamed is None or feature_names(import_model(renamed)) != names:
+        raise ModelFileError(
+            f"MLflow model {ref!r}: its signature names the features {names[:5]}, but a "
+            f"{type(model).__name__} trained on unnamed data cannot be given those names, so "
+            "its columns would be read by position; train it on a DataFrame with those "
+            "column names and log it again"
+        )
+    return renamed
+
+
+def _renamed(model: Any, names: list[str]) -> Any | None:
+    """``model`` named ``names`` in place where its format allows (None: it does not)."""
     import lightgbm
     import xgboost
 
@@ -327,10 +389,14 @@ def _rename(model: Any, names: list[str]) -> Any:
         model.feature_names = names
     elif isinstance(model, xgboost.XGBModel):
         model.get_booster().feature_names = names
+    elif type(model).__module__.startswith("catboost"):
+        model.set_feature_names(names)
     elif hasattr(model, "n_features_in_") and type(model).__module__.startswith("sklearn"):
         import numpy as np
 
         model.feature_names_in_ = np.asarray(names, dtype=object)
+    else:
+        return None
     return model
 
 

@@ -7,13 +7,14 @@ the same bytes reuses; a recorded version never points at a half-written file.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from .._bundle import sha256_hex
-from ..errors import IntegrityError, RegistryAccessError
+from ..errors import DependencyError, IntegrityError, RegistryAccessError
 
 __all__ = ["ArtifactStore"]
 
@@ -24,10 +25,14 @@ class ArtifactStore:
     def __init__(self, root: str):
         try:
             self.fs, self.root = fsspec.core.url_to_fs(root)
-        except (ImportError, ValueError) as exc:
-            raise RegistryAccessError(
+        except ImportError as exc:
+            raise DependencyError(
                 f"registry root {root!r}: {exc}; install the fsspec package for its scheme "
                 "(s3fs, gcsfs, adlfs) or use a local directory"
+            ) from exc
+        except ValueError as exc:
+            raise RegistryAccessError(
+                f"registry root {root!r}: {exc}; use a local directory or an fsspec URL"
             ) from exc
         self.url = root
         self.root = self.root.rstrip("/")
@@ -60,7 +65,7 @@ class ArtifactStore:
     @staticmethod
     def key_for(sha256: str, filename: str) -> str:
         """Where bytes with this digest live, relative to the root (so a root can move)."""
-        return f"artifacts/{sha256[:2]}/{sha256}/{filename}"
+        return _contained(f"artifacts/{sha256[:2]}/{sha256}/{filename}")
 
     def uri(self, key: str) -> str:
         path = f"{self.root}/{key}"
@@ -87,7 +92,7 @@ class ArtifactStore:
     def get(self, key: str, *, sha256: str) -> bytes:
         """The bytes under ``key``, refused unless they still hash to ``sha256``."""
         try:
-            data: bytes = self.fs.cat_file(f"{self.root}/{key}")
+            data: bytes = self.fs.cat_file(f"{self.root}/{_contained(key)}")
         except FileNotFoundError as exc:
             raise IntegrityError(
                 f"artifact {self.uri(key)!r} is missing from the registry root"
@@ -101,6 +106,21 @@ class ArtifactStore:
         return data
 
     def delete(self, key: str) -> None:
-        parent = f"{self.root}/{key}".rsplit("/", 1)[0]
+        parent = f"{self.root}/{_contained(key)}".rsplit("/", 1)[0]
         if self.fs.exists(parent):
             self.fs.rm(parent, recursive=True)
+
+
+#: A storage key as :meth:`ArtifactStore.key_for` makes it; nothing else is read or
+#: deleted, so a key edited in the database cannot reach outside the root.
+_KEY = re.compile(r"^artifacts/([0-9a-f]{2})/(\1[0-9a-f]{62})/[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _contained(key: str) -> str:
+    if not _KEY.match(key) or ".." in key:
+        raise IntegrityError(
+            f"registry storage key {key!r} is not one the registry writes "
+            "(artifacts/<sha[:2]>/<sha256>/<file name>); the registry database was edited: "
+            "register the model again"
+        )
+    return key

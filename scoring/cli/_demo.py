@@ -9,13 +9,13 @@ predictor.
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from .._owned import fresh_folder
 from ._common import REGISTRY_OPTION, fail, messages, reported
 
 if TYPE_CHECKING:  # imported where the demo runs: ``--help`` loads none of them
@@ -64,7 +64,7 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
         f"{'passed' if check.passed else 'FAILED'}, max error {check.max_error:.1e})"
     )
     work = Path(reg.store.root if reg.store.is_local else default_root()) / "demo"
-    shutil.rmtree(work, ignore_errors=True)  # the demo's own files, rebuilt every run
+    fresh_folder(work, owner="scoring demo")  # the demo's own files, rebuilt every run
     X, _ = make_data(DEMO_RECIPE, seed=1, n_rows=rows)
     _write_input(np.asarray(X, dtype=np.float32), work / "input")
     messages.print(f"wrote {rows:,} rows of Parquet to {work / 'input'}")

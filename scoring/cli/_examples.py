@@ -11,13 +11,14 @@ printed> scoring plan jobs/nightly.toml``.  What it writes, under its folder:
 - ``features/date=<DATE>/``: customers' features with ``customer_id``;
 - ``applications/date=<DATE>/``: credit applications with ``application_id``.
 
-Those three are written afresh on every call; the jobs' outputs (``scores/``) are left.
+Those three are written afresh on every call, each marked as this command's (a
+``.scoring-owner`` file): a folder of one of those names that this command did not write
+is refused by name, never removed.  The jobs' outputs (``scores/``) are left.
 """
 
 from __future__ import annotations
 
 import datetime
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # imported where the command runs: ``--help`` loads none of t
     import pandas as pd
 
 __all__ = ["examples", "write_examples"]
+
+OWNER = "scoring examples"
 
 CUSTOMER = ["tenure", "monthly_spend", "support_calls", "days_since_login", "plan_tier"]
 APPLICATION = ["income", "debt_ratio", "age", "open_accounts", "late_payments"]
@@ -51,7 +54,11 @@ def examples(
     ),
     rows: int = typer.Option(20_000, help="rows per dataset"),
 ) -> None:
-    """Write the registry and the input the job files in jobs/ read (see jobs/*.toml)."""
+    """Write the registry and the input the job files in jobs/ read (see jobs/*.toml).
+
+    FOLDER/registry, FOLDER/features and FOLDER/applications are written afresh; an
+    earlier call's are replaced, and a folder of those names this command did not write
+    is refused, never removed."""
     with reported("examples"):
         run_date = date or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
         write_examples(folder, run_date=run_date, rows=rows)
@@ -70,9 +77,13 @@ def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
     import xgboost as xgb
 
     from .._catalog import Registry
+    from .._owned import check_replaceable, fresh_folder
 
-    for part in ("registry", "features", "applications"):  # written afresh, every time
-        shutil.rmtree(folder / part, ignore_errors=True)
+    parts = ("registry", "features", "applications")
+    for part in parts:  # checked all before any is replaced
+        check_replaceable(folder / part, owner=OWNER)
+    for part in parts:
+        fresh_folder(folder / part, owner=OWNER)
     registry = Registry(folder / "registry")
     for (name, version), features in MODELS.items():
         X = _frame(features, 4_000, seed=version + len(name))

@@ -21,6 +21,7 @@ from ..errors import (
     CompileError,
     ConfigError,
     DeadlineError,
+    DependencyError,
     DriftError,
     InputError,
     OutputError,
@@ -48,8 +49,9 @@ __all__ = [
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE, EXIT_CHECKS = 0, 1, 2, 3, 4, 5
 log = logging.getLogger("scoring.jobs")
 #: Errors a rerun cannot fix: a configuration mistake, a model that does not compile,
-#: bad input, a refused output, an unknown model.
-_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError, DriftError)
+#: bad input, a refused output, an unknown model, a package that is not installed.
+_PERMANENT = (ConfigError, CompileError, InputError, OutputError, RegistryError, DriftError,
+              DependencyError)  # fmt: skip
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .._bundle import Bundle
-from .._frameworks import mlflow_tracking
+from .._frameworks import check_reachable, mlflow_tracking
 from .._registry import ModelStore
 from .._version import __version__
 from ..errors import DependencyError
@@ -42,6 +42,7 @@ def export_model(
     store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
     bundle = store.bundle(ref)
     with mlflow_tracking(tracking_uri), tempfile.TemporaryDirectory() as tmp:
+        check_reachable(mlflow.get_tracking_uri())  # at once, not after minutes of retries
         path = Path(tmp) / f"{bundle.manifest['name']}-{bundle.manifest['version']}.scoring"
         path.write_bytes(bundle.to_bytes())
         run = mlflow.active_run() or mlflow.start_run(run_name=f"scoring export {bundle.ref}")

@@ -1,0 +1,113 @@
+"""Every MLflow flavor x every way its features get names: reordered columns score as
+MLflow's pyfunc does (by name where anything names the columns), or are refused by name.
+
+Ways: a signature naming a model trained on unnamed data (the report: a CatBoost model
+read its columns by position and gave wrong probabilities, silently); the model's own
+names (with or without a matching signature); no names at all (position, as pyfunc).
+Local MLflow model directories: no tracking server needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import scoring
+from scoring.errors import ModelFileError
+
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+NAMES = ["a", "b", "c"]
+
+
+def _data() -> tuple[pd.DataFrame, np.ndarray]:
+    rng = np.random.default_rng(5)
+    X = pd.DataFrame(rng.normal(size=(500, 3)), columns=NAMES)
+    return X, (X.a - 0.7 * X.c + 0.2 * X.b > 0).astype(int).to_numpy()
+
+
+def _fit(flavor: str, X: Any, y: np.ndarray) -> Any:
+    if flavor == "xgboost":
+        import xgboost
+
+        return xgboost.XGBClassifier(n_estimators=15, max_depth=3).fit(X, y)
+    if flavor == "xgboost_booster":
+        import xgboost
+
+        return xgboost.train({"objective": "binary:logistic", "max_depth": 3},
+                             xgboost.DMatrix(X, y), num_boost_round=15)  # fmt: skip
+    if flavor == "lightgbm":
+        import lightgbm
+
+        return lightgbm.train({"objective": "binary", "verbose": -1, "num_leaves": 8},
+                              lightgbm.Dataset(X, y), num_boost_round=15)  # fmt: skip
+    if flavor == "catboost":
+        catboost = pytest.importorskip("catboost")
+        return catboost.CatBoostClassifier(iterations=15, depth=3, verbose=False).fit(X, y)
+    from sklearn.ensemble import RandomForestClassifier
+
+    return RandomForestClassifier(n_estimators=8, max_depth=5, random_state=0).fit(X, y)
+
+
+def _save(flavor: str, model: Any, path: Path, signature: Any) -> None:
+    module = flavor.split("_")[0]
+    kwargs: dict[str, Any] = {"signature": signature, "pip_requirements": []}
+    if module == "sklearn":
+        kwargs.update(serialization_format="skops", skops_trusted_types=["sklearn.tree._tree.Tree"])
+    if module == "xgboost":
+        kwargs["model_format"] = "json"
+    getattr(mlflow, module).save_model(model, str(path), **kwargs)
+
+
+def _probability(model: Any, X: Any) -> np.ndarray:
+    import xgboost
+
+    if isinstance(model, xgboost.Booster):
+        return np.asarray(model.predict(xgboost.DMatrix(X)))
+    if hasattr(model, "predict_proba"):
+        return np.asarray(model.predict_proba(X))[:, 1]
+    return np.asarray(model.predict(X))
+
+
+FLAVORS = ["xgboost", "xgboost_booster", "lightgbm", "catboost", "sklearn"]
+WAYS = ["signature", "own", "own_and_signature", "none"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_reordered_columns_score_as_pyfunc(tmp_path: Path, flavor: str, way: str) -> None:
+    from mlflow.models import infer_signature
+
+    X, y = _data()
+    named = way.startswith("own")
+    model = _fit(flavor, X if named else X.to_numpy(), y)
+    signature = infer_signature(X, y) if "signature" in way else None
+    _save(flavor, model, tmp_path / "m", signature)
+    reordered = X[["c", "b", "a"]].iloc[:50]
+    # The truth: by name where anything names the columns, by position where nothing does
+    # (what MLflow's pyfunc does with a frame it has no names for).
+    truth_rows: Any = X.iloc[:50] if named else X.iloc[:50].to_numpy()
+    if way == "none":
+        truth_rows = reordered.to_numpy()
+    expected = _probability(model, truth_rows)
+    got = scoring.compile(str(tmp_path / "m"), backend="native").predict_proba(reordered)[:, 1]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    if signature is not None:
+        pyfunc = mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(reordered)
+        pyfunc = np.asarray(pyfunc, dtype=float).reshape(len(reordered), -1)
+        labels = (expected > 0.5).astype(float) if pyfunc.max() <= 1 and set(
+            np.unique(pyfunc)) <= {0.0, 1.0} else expected  # fmt: skip
+        np.testing.assert_allclose(pyfunc[:, -1], labels, rtol=1e-5, atol=1e-6)
+
+
+def test_a_signature_naming_other_features_than_the_models_is_refused(tmp_path: Path) -> None:
+    from mlflow.models import infer_signature
+
+    X, y = _data()
+    model = _fit("xgboost", X, y)
+    _save("xgboost", model, tmp_path / "m", infer_signature(X.rename(columns={"a": "z"}), y))
+    with pytest.raises(ModelFileError, match="signature names the features"):
+        scoring.compile(str(tmp_path / "m"))
