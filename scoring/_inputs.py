@@ -160,7 +160,9 @@ def _from_numpy(X: Any, forest: Forest) -> np.ndarray:
     if arr.ndim != 2:
         raise InputError(f"expected a 2-D array of rows, got {arr.ndim} dimension(s)")
     _check_count(arr.shape[1], forest)
-    if forest.encoded:  # a Pipeline's encoder reads labels: column by column
+    # Labels read column by column: a Pipeline's encoder's, or categories given as text
+    # in an object array.
+    if forest.encoded or (forest.recode_categories and arr.dtype.kind == "O"):
         columns = [_values_as_float(arr[:, j], j, forest) for j in range(arr.shape[1])]
         return _from_columns(columns, forest)
     if arr.dtype.kind not in "fiub":
@@ -170,7 +172,7 @@ def _from_numpy(X: Any, forest: Forest) -> np.ndarray:
     with np.errstate(over="ignore"):  # past float32's range is inf, as native reads it
         out: np.ndarray = arr.astype(target, copy=True)
     for j in forest.categories if forest.recode_categories else ():
-        out[:, j] = _recode_numeric(arr[:, j].astype(np.float64), forest.categories[j])
+        out[:, j] = _maybe_recode(arr[:, j], j, forest)
     return out
 
 
@@ -323,7 +325,16 @@ def _non_numeric(j: int, dtype: str, forest: Forest) -> NonNumericColumnError:
 
 def _maybe_recode(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
     if forest.recode_categories and j in forest.categories:
-        return _recode_numeric(values.astype(np.float64), forest.categories[j])
+        labels = forest.categories[j]
+        if any(not isinstance(v, (int, float)) for v in labels) and len(values):
+            # scikit-learn's encoder compares numbers with text labels and fails (a
+            # TypeError from isnan): refused as it refuses them, with the fix.
+            raise NonNumericColumnError(
+                f"feature column {_labels(forest)[j]!r} is categorical with text labels "
+                f"({', '.join(map(repr, labels[:3]))}, ...), and it holds numbers, which "
+                f"{forest.described} refuses; pass its labels (text or a pandas Categorical)"
+            )
+        return _recode_numeric(values.astype(np.float64), labels)
     return values
 
 

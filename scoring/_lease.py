@@ -2,10 +2,14 @@
 
 The lease is ``_scoring_lease.json`` in the output directory, created exclusively (mode
 ``"xb"``, through fsspec) and naming its holder: user, host, pid, start and a heartbeat
-that a thread renews while the run lasts.  A second run is refused with one line naming
-the holder.  A lease whose holder is gone is taken over: at once when the holder was a
-process on this host that no longer exists, else once its heartbeat is older than
-:data:`STALE_AFTER_S`.  Before publishing, the holder checks the lease is still its own
+that a thread renews while the run lasts.  The file is never seen part written: it is
+created whole (written aside, then linked into place, which fails when one exists) and
+renewed whole (written aside, then renamed over); an object store's put is whole
+already.  A second run is refused with one line naming the holder.  A lease whose holder
+is gone is taken over: at once when the holder was a process on this host that no
+longer exists, else once its heartbeat is older than :data:`STALE_AFTER_S`.  A lease
+file that cannot be read (an earlier version's, created empty and filled after) counts
+as live until the file itself is that old.  Before publishing, the holder checks the lease is still its own
 (a run paused past the stale time may have lost it) and refuses to publish if not.
 """
 
@@ -21,6 +25,7 @@ import uuid
 from typing import Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from .errors import OutputError
 
@@ -89,23 +94,51 @@ class OutputLease:
 
     def _create(self) -> bool:
         self._started = time.time()
+        data = json.dumps(self._record()).encode()
+        if not isinstance(self.fs, LocalFileSystem):  # one put: whole, never partial
+            try:
+                with self.fs.open(self.path, "xb") as f:
+                    f.write(data)
+            except FileExistsError:
+                return False
+            return True
+        aside = f"{self.path}.{self.token}.tmp"
+        self.fs.pipe_file(aside, data)
         try:
-            with self.fs.open(self.path, "xb") as f:
-                f.write(json.dumps(self._record()).encode())
+            os.link(aside, self.path)  # fails when a lease exists: exclusive, and whole
         except FileExistsError:
             return False
+        finally:
+            os.unlink(aside)
         return True
+
+    def _renew(self) -> None:
+        data = json.dumps(self._record()).encode()
+        if not isinstance(self.fs, LocalFileSystem):
+            self.fs.pipe_file(self.path, data)
+            return
+        aside = f"{self.path}.{self.token}.tmp"
+        self.fs.pipe_file(aside, data)
+        os.replace(aside, self.path)
 
     def _read(self) -> dict[str, Any] | None:
         try:
             return dict(json.loads(self.fs.cat_file(self.path)))
         except FileNotFoundError:
             return None
-        except ValueError:  # half written by a holder killed mid-write
-            return {"heartbeat": 0.0}
+        except ValueError:  # not a record: live until the file is as old as a stale one
+            return {"heartbeat": self._written(), "unreadable": True}
+
+    def _written(self) -> float:
+        """When the lease file was last written (seconds since the epoch)."""
+        try:
+            return float(self.fs.modified(self.path).timestamp())
+        except (OSError, NotImplementedError, AttributeError):
+            return time.time()  # unknown: as if just written
 
     def _stale(self, holder: dict[str, Any]) -> bool:
-        if holder.get("host") == socket.gethostname() and not _alive(int(holder.get("pid", 0))):
+        mine = holder.get("host") == socket.gethostname()
+        if mine and "pid" in holder and not _alive(int(holder["pid"])):
             return True
         return time.time() - float(holder.get("heartbeat", 0.0)) > self.stale_after
 
@@ -114,7 +147,7 @@ class OutputLease:
             holder = self._read()
             if holder is None or holder.get("token") != self.token:
                 return  # taken over: check() will refuse to publish
-            self.fs.pipe_file(self.path, json.dumps(self._record()).encode())
+            self._renew()
 
 
 def _alive(pid: int) -> bool:
@@ -130,6 +163,8 @@ def _alive(pid: int) -> bool:
 
 
 def _who(holder: dict[str, Any]) -> str:
+    if holder.get("unreadable"):
+        return f"its {LEASE} cannot be read yet: being written, or left damaged"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
     return (
         f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, user "

@@ -163,3 +163,52 @@ def test_the_saved_file_and_parquet_score_every_label_as_native(
         scoring.score_parquet(source, out, cm, keep=["id"], progress=False)
         scored = pq.read_table(out).to_pandas().sort_values("id")
         np.testing.assert_allclose(scored["probability"], reference, rtol=0, atol=1e-9)
+
+
+def _hgb_text_categories() -> Any:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(4)
+    X = pd.DataFrame({"x": rng.normal(size=600),
+                      "c": pd.Categorical(rng.choice(["a", "b", "c"], 600))})  # fmt: skip
+    y = ((X.x > 0) ^ (X.c == "b")).astype(int)
+    return HistGradientBoostingClassifier(max_iter=8, categorical_features="from_dtype").fit(X, y)
+
+
+#: What a user may pass for a column trained on text categories, by kind.
+REFUSALS: dict[str, Any] = {
+    "labels": lambda: pd.DataFrame({"x": [0.1, -1.0], "c": pd.Categorical(["a", "c"])}),
+    "unseen label": lambda: pd.DataFrame({"x": [0.1], "c": pd.Categorical(["z"])}),
+    "labels as text": lambda: pd.DataFrame({"x": [0.1], "c": ["b"]}),
+    "mixed text and number": lambda: pd.DataFrame({"x": [0.1, 0.2],
+                                                   "c": pd.Series(["a", 1], dtype=object)}),
+    "integer codes": lambda: pd.DataFrame({"x": [0.1, 0.2], "c": [0, 1]}),
+    "negative code": lambda: pd.DataFrame({"x": [0.1], "c": [-1]}),
+    "huge code": lambda: pd.DataFrame({"x": [0.1], "c": [10**12]}),
+    "float codes": lambda: pd.DataFrame({"x": [0.1, 0.2], "c": [0.0, np.nan]}),
+    "float past float32": lambda: pd.DataFrame({"x": [0.1], "c": [1e300]}),
+    "all missing": lambda: pd.DataFrame({"x": [0.1], "c": [np.nan]}),
+    "numpy numbers": lambda: np.array([[0.1, 0.0]]),
+    "numpy text": lambda: np.array([[0.1, "a"]], dtype=object),
+    "feature past float32": lambda: pd.DataFrame({"x": [1e300], "c": pd.Categorical(["a"])}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_hgb_from_dtype_refuses_what_scikit_learn_refuses(case: str) -> None:
+    """Every kind of value in a text-categorical column: the same numbers as scikit-learn,
+    or, where it refuses, a one-line InputError naming the column (never a TypeError)."""
+    from scoring.errors import InputError
+
+    model, X = _hgb_text_categories(), REFUSALS[case]()
+    try:
+        expected = model.predict_proba(X)
+    except (TypeError, ValueError):
+        expected = None
+    for backend in ("native", "tensor"):
+        cm = scoring.compile(model, backend=backend, device="cpu")
+        if expected is None:
+            with pytest.raises(InputError, match="'c'"):
+                cm.predict_proba(X)
+        else:
+            np.testing.assert_allclose(cm.predict_proba(X), expected, rtol=1e-6, atol=1e-9)

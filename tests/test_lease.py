@@ -92,3 +92,58 @@ def test_a_run_that_lost_its_lease_publishes_nothing(job: tuple[str, str, Any]) 
     assert _score(job).rows_skipped == 2000  # this run's journaled files are reused
     ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
     assert np.array_equal(np.sort(ids), np.arange(2000))
+
+
+@pytest.mark.parametrize("content", [b"", b'{"token": "theirs", "us'])
+def test_a_lease_being_written_is_not_taken_over(tmp_path: Path, content: bytes) -> None:
+    """The report: an empty or half-written lease counted as stale whatever its age, so a
+    second run starting while the first wrote its lease took it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LEASE).write_bytes(content)
+    with pytest.raises(OutputError, match="cannot be read yet"):
+        OutputLease(str(out)).acquire()
+    assert (out / LEASE).read_bytes() == content
+
+
+def test_an_unreadable_lease_as_old_as_a_stale_one_is_taken_over(tmp_path: Path) -> None:
+    import os
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LEASE).write_bytes(b"")
+    old = time.time() - 3600
+    os.utime(out / LEASE, (old, old))
+    lease = OutputLease(str(out), stale_after=60)
+    lease.acquire()
+    try:
+        assert json.loads((out / LEASE).read_text())["token"] == lease.token
+    finally:
+        lease.release()
+
+
+def test_the_lease_file_is_never_seen_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every state a reader can see while a lease is created and renewed is a whole record."""
+    import os
+
+    out = tmp_path / "out"
+    seen: list[bytes] = []
+    link, replace = os.link, os.replace
+
+    def watched_link(src: Any, dst: Any) -> None:
+        seen.append(Path(src).read_bytes())
+        link(src, dst)
+
+    def watched_replace(src: Any, dst: Any) -> None:
+        seen.append(Path(src).read_bytes())
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "link", watched_link)
+    monkeypatch.setattr(os, "replace", watched_replace)
+    lease = OutputLease(str(out))
+    lease.acquire()
+    lease._renew()
+    lease.release()
+    assert len(seen) == 2 and all(json.loads(b)["token"] == lease.token for b in seen)

@@ -160,6 +160,8 @@ def _incomplete_tree(block: str) -> str | None:
         n_leaves, n_cat = int(fields["num_leaves"]), int(fields.get("num_cat", "0"))
     except (KeyError, ValueError):
         return "has no valid num_leaves"
+    if n_leaves == 1:  # a constant tree: LightGBM reads its one leaf_value, nothing else
+        return None if len(fields.get("leaf_value", "").split()) == 1 else "has no leaf_value"
     wanted = {k: n_leaves for k in _LEAF} | {k: n_leaves - 1 for k in _INNER}
     required = {"leaf_value"} | ({"split_feature", "threshold", "decision_type", "left_child",
                                  "right_child"} if n_leaves > 1 else set())  # fmt: skip
