@@ -2,10 +2,13 @@
 
 Registering imports the model, stores its canonical bytes and holds the tensor backend
 to the native predictor (:func:`scoring._parity.verify`) on every strategy ``auto`` may
-pick on each available device type, and profiles the sample's features and scores as
-the reference that runs measure drift against (:mod:`scoring._drift`); loading compiles
-a stored version.  Storage,
-names, versions and records are :class:`~scoring._registry.ModelStore`'s.
+pick on each available device type (``fused`` included where ``auto`` times it), and
+profiles the sample's features and scores as the reference that runs measure drift
+against (:mod:`scoring._drift`); loading compiles a stored version.  A run of a stored
+version scores with a choice (device type, backend, strategy) that its record covers:
+one that it does not is verified first and recorded (:func:`ensure_verified`), and a
+choice that fails is refused.  Storage, names, versions and records are
+:class:`~scoring._registry.ModelStore`'s.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from ._bundle import schema_of
-from ._compiler import choose_strategy
+from ._bundle import Bundle, schema_of
+from ._compiler import choose_strategy, fused_pays
 from ._drift import Profile, profile
 from ._frameworks import (
     dump_model,
@@ -35,8 +38,12 @@ from ._model import CompiledModel, compile_imported, compile_model
 from ._parity import Predictor, Verification, verify
 from ._registry import ModelStore, ModelVersion, read_sample
 from ._scorer import Scorer
+from .errors import VerificationError
 
-__all__ = ["Registry", "available_device_types", "reference_profile", "verify_model"]
+__all__ = [
+    "Registry", "available_device_types", "ensure_verified", "reference_profile",
+    "verify_model",
+]  # fmt: skip
 
 
 def available_device_types() -> list[str]:
@@ -47,6 +54,8 @@ def _strategies(forest: Forest, device_type: str) -> list[str]:
     """Every strategy ``auto`` may pick on this device type (batch size decides on CUDA)."""
     device = torch.device(device_type)
     picks = {choose_strategy(forest, device=device, batch_size=b).name for b in (None, 4096)}
+    if device.type == "cpu" and fused_pays(forest):
+        picks.add("fused")  # auto's tensor candidate there, timed against native
     return sorted(picks)
 
 
@@ -70,6 +79,57 @@ def verify_model(
     plan = {d: _strategies(compiled, d) for d in devices or available_device_types()}
     return verify(reference, build, strategies=plan, sample=sample,
                   versions=library_versions(forest.framework))  # fmt: skip
+
+
+def ensure_verified(store: ModelStore, bundle: Bundle, compiled: CompiledModel) -> str:
+    """What the stored version's record says of the choice ``compiled`` scores with;
+    a choice it does not cover is verified now (the version's own sample and probes)
+    and recorded, and one that fails raises :class:`VerificationError`.  The native
+    predictor is the reference itself; Hummingbird is not held to it here."""
+    device_type = compiled.device.type
+    if compiled.backend == "native":
+        return f"native on {device_type}: the framework's own predictor"
+    if compiled.backend != "tensor":
+        return ""
+    mv = store.get(bundle.manifest["name"], version=int(bundle.manifest["version"]))
+    strategy = str(compiled.strategy)
+    record = mv.verification.get(device_type)
+    if record is None or strategy not in record.strategies:
+        record = _verify_choice(store, mv, bundle, device_type, strategy, record)
+    if not record.passed:
+        raise VerificationError(
+            f"{mv.ref} fails parity on {device_type} (tensor/{', '.join(record.strategies)}: "
+            f"max error {record.max_error:.1e}, {record.label_mismatches} label(s) differ"
+            f"{'; ' + record.detail if record.detail else ''}); score it with "
+            "backend='native' (--backend native)"
+        )
+    return (f"tensor/{strategy} on {device_type}: verified {record.verified_at:%Y-%m-%d}, "
+            f"max error {record.max_error:.1e} on {record.rows:,} rows")  # fmt: skip
+
+
+def _verify_choice(store: ModelStore, mv: ModelVersion, bundle: Bundle, device_type: str,
+                   strategy: str, earlier: Verification | None) -> Verification:  # fmt: skip
+    """``strategy`` verified on ``device_type`` and recorded beside what was verified there
+    before (one record per device type: every strategy it holds must pass)."""
+    model, forest = bundle.restore()
+    reference: Predictor = compile_imported(model, forest, backend="native")
+
+    def build(device: str, name: str) -> Predictor:
+        return compile_imported(None, forest, backend="tensor", device=device, strategy=name)
+
+    fresh = verify(reference, build, strategies={device_type: [strategy]},
+                   sample=store.sample(mv), versions=library_versions(forest.framework))  # fmt: skip
+    check = fresh[device_type]
+    if earlier is not None:
+        check = check.model_copy(update={
+            "strategies": sorted({*earlier.strategies, strategy}),
+            "max_error": max(earlier.max_error, check.max_error),
+            "label_mismatches": earlier.label_mismatches + check.label_mismatches,
+            "passed": earlier.passed and check.passed,
+            "detail": "; ".join(d for d in (earlier.detail, check.detail) if d),
+        })  # fmt: skip
+    store.record_verification(mv, {device_type: check})
+    return check
 
 
 def reference_profile(model: Any, forest: Forest, sample: Any) -> Profile:

@@ -60,6 +60,9 @@ class CompiledModel:
     #: Where the model came from: name and version when it came from a registry or a
     #: Bundle, and the sha256 of its canonical bytes (computed on first use otherwise).
     origin: dict[str, Any] = field(default_factory=dict)
+    #: What the registry's parity record says of the choice it scores with (a stored
+    #: version run by an engine; :func:`scoring._catalog.ensure_verified`), else "".
+    verified: str = ""
     _source: Any = field(default=None, repr=False)
 
     @property

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from .._bundle import Bundle
+from .._catalog import ensure_verified
 from .._commit import Committer, Entry
 from .._commit_delta import DeltaCommitter
 from .._dataset import Fragment, InputDataset, glob_base, open_input
@@ -159,6 +160,8 @@ class ScoreReport:
     #: Why that strategy, and how it walks this model (``fused`` on CPU: the layout and
     #: schedule measured for it), as the driver compiled it.
     strategy_reason: str = ""
+    #: The registry's parity record of that choice (a stored version), else "".
+    verified: str = ""
     #: A set's models: prefix, name, version, sha256, backend, scoring seconds (shared
     #: by the models one combined forest scores); empty for one model.
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -267,6 +270,7 @@ def resolve_model(
             )
         return ModelSource(model, None)
     bundle: Bundle | None = model if isinstance(model, Bundle) else None
+    store: ModelStore | None = None
     if _registry_ref(model):
         store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
         bundle = store.bundle(model)
@@ -274,7 +278,10 @@ def resolve_model(
         return ModelSource(compile_model(model, backend=backend, device=device), None)
     bundle = bundle or Bundle.of(model)
     if local:
-        return ModelSource(compile_model(bundle, backend=backend, device=device), bundle)
+        compiled = compile_model(bundle, backend=backend, device=device)
+        if store is not None:  # a stored version scores only with a verified choice
+            compiled.verified = ensure_verified(store, bundle, compiled)
+        return ModelSource(compiled, bundle)
     # The driver only checks and plans (it may have no GPU): the native predictor
     # produces the same columns the workers will, without compiling anything.
     return ModelSource(compile_model(bundle, backend="native"), bundle)
@@ -529,6 +536,7 @@ def report(
         backend=meta.get("scoring.backend", run.model.backend),
         strategy=meta.get("scoring.strategy", run.model.strategy or "") or None,
         strategy_reason=getattr(run.model, "strategy_reason", ""),
+        verified=getattr(run.model, "verified", ""),
         device=meta.get("scoring.device", str(run.model.device)),
         outputs=run.scorer.output_names,
         already_complete=run.complete,

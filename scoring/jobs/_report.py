@@ -62,7 +62,8 @@ def build_report(
     return {
         "job": spec.name, "scoring_version": __version__, "model_ref": spec.model_ref,
         "model": report.model, "sha256": report.sha256, "engine": report.engine,
-        "backend": report.backend, "device": report.device, "input": report.input,
+        "backend": report.backend, "device": report.device, "verified": report.verified,
+        "input": report.input,
         "input_bytes": input_bytes, "output": report.output, "output_columns": report.outputs,
         "rows": report.rows, "rows_resumed": report.rows_skipped,
         "rows_check": report.rows + report.rows_skipped == plan.rows,

@@ -151,6 +151,7 @@ def _facts(data: dict[str, Any]) -> str:
         ("deadline", data["deadline"] or "none"), ("stages", stages),
         ("model", f"{data['model_ref']} = {data['model']}"), ("sha256", data["sha256"]),
         ("engine", f"{data['engine']}: {data['backend']} on {data['device']}"),
+        ("parity", data.get("verified") or "not held to a registry record"),
         ("input", f"{data['input']} ({data['plan']['files']:,} files, "
                   f"{data['plan']['rows']:,} rows, {data['input_bytes']:,} bytes)"),
         ("output", f"{data['output']} ({', '.join(data['output_columns'])})"),
