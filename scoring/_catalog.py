@@ -117,8 +117,9 @@ def _verify_choice(store: ModelStore, mv: ModelVersion, bundle: Bundle, device_t
     def build(device: str, name: str) -> Predictor:
         return compile_imported(None, forest, backend="tensor", device=device, strategy=name)
 
+    versions = library_versions(forest.framework)
     fresh = verify(reference, build, strategies={device_type: [strategy]},
-                   sample=store.sample(mv), versions=library_versions(forest.framework))  # fmt: skip
+                   sample=store.sample(mv), versions=versions)  # fmt: skip
     check = fresh[device_type]
     if earlier is not None:
         check = check.model_copy(update={

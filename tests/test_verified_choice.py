@@ -105,5 +105,6 @@ def test_a_choice_that_fails_parity_is_refused_and_writes_nothing(
 def test_the_native_backend_is_its_own_reference(stored: tuple[Path, Any], tmp_path: Path) -> None:
     root, _ = stored
     report = scoring.score_parquet(root / "in.parquet", tmp_path / "out", "churn@1",
-                                   registry=root / "reg", backend="native", progress=False)  # fmt: skip
+                                   registry=root / "reg", backend="native",
+                                   progress=False)  # fmt: skip
     assert report.verified == "native on cpu: the framework's own predictor"
