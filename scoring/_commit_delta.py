@@ -35,12 +35,13 @@ import pyarrow.parquet as pq
 
 from ._commit import Committer, Entry, _extras
 from ._dataset import Fragment, delta_storage_options
+from ._delta_files import file_stats, partition_values
 from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
 __all__ = ["MODES", "DeltaCommitter"]
 
-MODES = ("error", "append", "overwrite")
+MODES = ("error", "append", "overwrite", "overwrite_partitions")
 log = logging.getLogger("scoring.output")
 
 
@@ -55,18 +56,29 @@ class DeltaCommitter(Committer):
         run_id: str | None = None,
         engine_files: tuple[str, ...] = (),
         settings: dict[str, Any] | None = None,
+        partition_by: dict[str, pa.DataType] | None = None,
     ):
         if mode not in MODES:
             raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
-        super().__init__(url, job=job, overwrite=mode == "overwrite", verify=verify,
+        super().__init__(url, job=job, overwrite=mode.startswith("overwrite"), verify=verify,
                          engine_files=engine_files, settings=settings)  # fmt: skip
         self.mode = mode
+        #: The table's partition columns and their types: the files leave them to their
+        #: ``key=value`` folders (:mod:`scoring._delta_files`).
+        self.partition_types = dict(partition_by or {})
+        self.partition_by = list(self.partition_types)
+        if mode == "overwrite_partitions" and not self.partition_by:
+            raise ConfigError(
+                "Delta output mode 'overwrite_partitions' replaces the partitions a run "
+                "writes: name the output's partition columns (partition_by)"
+            )
         self.run_id = run_id  # set by check_target: the pending run's, or a new one
         self.table_uri = url
         _deltalake()  # refused before anything is written when delta-rs is missing
 
     def for_worker(self) -> DeltaCommitter:
-        return DeltaCommitter(self.url, job=self.job, mode=self.mode, run_id=self.run_id)
+        return DeltaCommitter(self.url, job=self.job, mode=self.mode, run_id=self.run_id,
+                              partition_by=self.partition_types)  # fmt: skip
 
     def output_for(self, fragment: Fragment) -> str:
         return f"scoring-{self.run_id}/{super().output_for(fragment)}"
@@ -197,11 +209,13 @@ class DeltaCommitter(Committer):
         from deltalake.transaction import AddAction, CommitProperties
 
         now = int(time.time() * 1000)
+        footers = [self._footer(e) for e in entries]
         adds = [
-            AddAction(e.output, e.bytes, {}, now, True, json.dumps({"numRecords": e.rows}))
-            for e in entries
-        ]
-        schema = _delta_schema(self._file_schema(entries[0]))
+            AddAction(e.output, e.bytes, partition_values(e.relpath, self.partition_by), now,
+                      True, file_stats(footer))
+            for e, footer in zip(entries, footers, strict=True)
+        ]  # fmt: skip
+        schema = _delta_schema(footers[0].schema.to_arrow_schema(), self.partition_types)
         metadata = {"scoring.run": self.run_id, "scoring.job_key": self.job_key,
                     "scoring.rows": rows, "scoring.committed_at": _now(),
                     **{k: v for k, v in extra.get("metadata", {}).items()
@@ -217,12 +231,14 @@ class DeltaCommitter(Committer):
             if table is None:
                 deltalake.transaction.create_table_with_add_actions(
                     self.table_uri, schema, adds, mode="error",
+                    partition_by=self.partition_by or None,
                     storage_options=self._options(), commit_properties=properties,
                 )  # fmt: skip
             else:
                 table.create_write_transaction(
-                    adds, mode=self.mode if self.mode == "overwrite" else "append",
-                    schema=schema, commit_properties=properties,
+                    adds, mode="append" if self.mode in ("error", "append") else "overwrite",
+                    schema=schema, partition_by=self.partition_by or None,
+                    partition_filters=self._replaced(adds), commit_properties=properties,
                 )  # fmt: skip
         except deltalake.exceptions.DeltaError as exc:
             raise OutputError(
@@ -231,9 +247,23 @@ class DeltaCommitter(Committer):
                 "mode 'overwrite')"
             ) from exc
 
-    def _file_schema(self, entry: Entry) -> pa.Schema:
+    def _footer(self, entry: Entry) -> pq.FileMetaData:
         with self.fs.open(f"{self.root}/{entry.output}", "rb") as f:
-            return pq.read_schema(f)
+            return pq.read_metadata(f)
+
+    def _replaced(self, adds: list[Any]) -> list[Any] | None:
+        """``overwrite_partitions``: the partitions this run writes, as delta-rs's
+        partition filters (each one replaced whole; the others kept)."""
+        if self.mode != "overwrite_partitions":
+            return None
+        values = sorted({tuple(sorted(a.partition_values.items())) for a in adds})
+        if len(self.partition_by) != 1:  # delta-rs filters are one conjunction
+            raise ConfigError(
+                "mode 'overwrite_partitions' takes one partition column; this table has "
+                f"{self.partition_by}"
+            )
+        column = self.partition_by[0]
+        return [(column, "in", [dict(v)[column] for v in values])]
 
 
 def _deltalake() -> Any:
@@ -248,12 +278,14 @@ def _deltalake() -> Any:
     return deltalake
 
 
-def _delta_schema(schema: pa.Schema) -> Any:
-    """The table schema of files written with ``schema``: Delta has no dictionary or
-    large types (the files keep their encodings; readers see the value types)."""
+def _delta_schema(schema: pa.Schema, partitions: dict[str, pa.DataType]) -> Any:
+    """The table schema of files written with ``schema`` (and the ``partitions``' columns,
+    which the files leave to their folders): Delta has no dictionary or large types (the
+    files keep their encodings; readers see the value types)."""
     from deltalake import Schema
 
     fields = [pa.field(f.name, _plain(f.type), nullable=True) for f in schema]
+    fields += [pa.field(n, _plain(t), nullable=True) for n, t in partitions.items()]
     return Schema.from_arrow(pa.schema(fields))
 
 

@@ -36,10 +36,11 @@ RECORD = "_scoring_run.json"
 #: The record of earlier versions' Delta runs (run id, mode, job key).
 LEGACY_RECORDS = ("_delta_run.json",)
 #: Settings that change what a staged file holds: a rerun differing in one rescores.
-CONTENT = ("job_key", "format", "input", "input_version")
+CONTENT = ("job_key", "format", "input", "input_version", "partition_by")
 #: What each setting is called in a message.
 NAMES = {"job_key": "model, kept columns or outputs", "format": "output format",
          "input": "input", "input_version": "input version", "mode": "mode",
+         "partition_by": "partition columns",
          "engine": "engine", "engine_options": "engine options", "verify": "verify"}  # fmt: skip
 
 log = logging.getLogger("scoring.output")

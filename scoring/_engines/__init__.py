@@ -75,6 +75,7 @@ def score_parquet(
     output_format: str | None = None,
     mode: str | None = None,
     input_version: int | str | None = None,
+    partition_by: Sequence[str] = (),
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
@@ -82,7 +83,10 @@ def score_parquet(
     its latest version, or ``input_version`` (a number, or an ISO 8601 time: the version
     current then), is read and recorded.  ``output_format``
     ``"delta"`` (or an output written ``delta:URL``) writes a Delta table in one commit;
-    ``mode`` ``error`` (default: refuse an existing table), ``append`` or ``overwrite``.
+    ``mode`` ``error`` (default: refuse an existing table), ``append``, ``overwrite`` or
+    ``overwrite_partitions`` (only the partitions this run writes are replaced: Spark's
+    dynamic partition overwrite).  ``partition_by``: the table's partition columns, kept
+    columns that partition the input (a nightly input's ``date=`` folders).
 
     ``model``: one model, or a list of them scored in one pass over the input, each
     item a model or ``{"model": ..., "prefix": ..., "where": ...}`` (columns
@@ -128,7 +132,7 @@ def score_parquet(
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
                            backend=backend, lease=lease, stores=stores,
-                           output_format=output_format, mode=mode,
+                           output_format=output_format, mode=mode, partition_by=partition_by,
                            settings={"engine_options": dict(engine_options or {})})  # fmt: skip
             run.monitor = monitor
             if run.complete:

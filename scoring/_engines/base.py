@@ -225,6 +225,10 @@ class Run:
         return count_batch(self.monitor, self.scorer, batch, scored)
 
     def cast(self, table: pa.Table) -> pa.Table:
+        """``table`` as the files hold it: a Delta output's partition columns are left to
+        the files' folders."""
+        if table.schema.names != self.schema.names:
+            table = table.select(self.schema.names)
         return table.cast(self.schema) if table.schema != self.schema else table
 
 
@@ -383,13 +387,15 @@ def plan_run(
     output_format: str = "parquet",
     mode: str | None = None,
     settings: Mapping[str, Any] | None = None,
+    partition_by: Sequence[str] = (),
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
     ``output_format`` ``delta``: a Delta table, written as ``mode`` says
     (:mod:`scoring._commit_delta`).  ``settings``: the rest of what the run was given
     (engine, its options), recorded beside its staged files and compared on a rerun
-    (:mod:`scoring._staging`)."""
+    (:mod:`scoring._staging`).  ``partition_by``: a Delta output's partition columns
+    (kept columns that partition the input, see :func:`_partitions`)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     _check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
@@ -400,7 +406,10 @@ def plan_run(
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
     if isinstance(scorer, SetScorer):
         scorer.restart_clock()  # the report's seconds are the run's
+    partitions = _partitions(data, list(partition_by), keep=keep, output_format=output_format,
+                             engine=engine, mode=mode)  # fmt: skip
     schema = trial.schema.with_metadata(output_metadata(model))
+    schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
@@ -408,7 +417,7 @@ def plan_run(
              "engine": engine.name, **(settings or {})}  # fmt: skip
     committer = _committer(output, job=job, output_format=output_format, mode=mode,
                            overwrite=overwrite, verify=verify, engine=engine,
-                           settings=given)  # fmt: skip
+                           settings=given, partitions=partitions)  # fmt: skip
     data = _pinned(data, committer)
     complete = committer.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
@@ -422,12 +431,14 @@ def plan_run(
 def _committer(
     output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
     overwrite: bool, verify: bool, engine: Engine, settings: dict[str, Any],
+    partitions: dict[str, pa.DataType],
 ) -> Committer:  # fmt: skip
     if output_format == "delta":
         mode = mode or ("overwrite" if overwrite else "error")
         return DeltaCommitter(output, job=job, mode=mode, verify=verify,
-                              engine_files=engine.engine_files,
-                              settings={"format": "delta", "mode": mode, **settings})  # fmt: skip
+                              engine_files=engine.engine_files, partition_by=partitions,
+                              settings={"format": "delta", "mode": mode,
+                                        "partition_by": list(partitions), **settings})  # fmt: skip
     if output_format != "parquet":
         raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
     if mode not in (None, "error", "overwrite"):
@@ -438,6 +449,47 @@ def _committer(
     return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
                      verify=verify, engine_files=engine.engine_files,
                      settings={"format": "parquet", **settings})  # fmt: skip
+
+
+def _partitions(
+    data: InputDataset, columns: list[str], *, keep: Sequence[str], output_format: str,
+    engine: Engine, mode: str | None,
+) -> dict[str, pa.DataType]:  # fmt: skip
+    """A Delta output's partition columns and their types.  Each must be a kept column
+    that partitions the input (its ``key=value`` folders or Delta partitions), so that
+    each input file, hence each output file, lies in one partition."""
+    if mode == "overwrite_partitions" and not columns:
+        raise ConfigError(
+            "mode 'overwrite_partitions' replaces the partitions a run writes: name the "
+            "output's partition columns (partition_by)"
+        )
+    if not columns:
+        return {}
+    if output_format != "delta":
+        raise ConfigError(
+            "partition_by needs a Delta output (format delta): a Parquet output keeps its "
+            "input's key=value folders as they are"
+        )
+    if engine.engine_files:
+        raise ConfigError(
+            f"partition_by is not available on engine {engine.name!r}, whose own committer "
+            "writes the files; use the local or ray engine"
+        )
+    for column in columns:
+        if column not in keep:
+            raise ConfigError(f"partition_by {column!r} must be a kept column (add it to keep)")
+        if column not in data.partition_columns:
+            raise ConfigError(
+                f"partition_by {column!r} must partition the input (key=value folders or "
+                f"a Delta table's partitions; the input's are {data.partition_columns or 'none'})"
+            )
+        unnamed = [f.relpath for f in data.fragments if f"{column}=" not in f.relpath]
+        if unnamed:
+            raise ConfigError(
+                f"partition_by {column!r}: input file {unnamed[0]!r} is not in a "
+                f"{column}=... folder, which names its output's partition"
+            )
+    return {c: data.schema.field(c).type for c in columns}
 
 
 def _pinned(data: InputDataset, committer: Committer) -> InputDataset:

@@ -115,7 +115,14 @@ def score(
         "parquet", "--format", help="parquet, or delta: the output a Delta Lake table"
     ),
     mode: str | None = typer.Option(
-        None, help="a Delta output that exists: error (default), append or overwrite"
+        None,
+        help="a Delta output that exists: error (default), append, overwrite, or "
+        "overwrite_partitions (only the partitions this run writes)",
+    ),
+    partition_by: str | None = typer.Option(
+        None,
+        help="a Delta output's partition columns (comma-separated): kept columns that "
+        "partition the input, e.g. date",
     ),
     input_version: str | None = typer.Option(
         None,
@@ -166,6 +173,7 @@ def score(
             output_format=None if output_format == "parquet" else output_format,
             mode=mode,
             input_version=input_version,
+            partition_by=_columns(partition_by or ""),
         )
     messages.print(f"scored {result.summary()}")
     if result.busy():

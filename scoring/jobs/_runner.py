@@ -259,6 +259,7 @@ def _with_retries(
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
                 storage_options=spec.storage_options, monitor=checks.reference,
                 before_publish=checks, output_format=spec.format, mode=spec.mode,
+                partition_by=spec.partition_by,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:

@@ -11,6 +11,8 @@
     # input_version = 42                        # a Delta table input: that version
     # format = "delta"                          # the output a Delta table (or delta:URL)
     # mode = "append"                           # Delta: error (default) | append | overwrite
+    #                                           #   | overwrite_partitions (those it writes)
+    # partition_by = ["date"]                   # Delta: kept columns partitioning the input
     engine = "local"                            # a name in scoring._engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
@@ -159,7 +161,8 @@ class JobSpec(_EngineTables):
     input: str
     output: str
     format: Literal["parquet", "delta"] = "parquet"  # of the output
-    mode: Literal["error", "append", "overwrite"] | None = None  # a Delta output's
+    mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
+    partition_by: list[str] = Field(default_factory=list)  # a Delta output's
     input_version: int | str | None = None  # a Delta input's version, or an ISO 8601 time
     engine: str = "local"
     deadline: str | None = None

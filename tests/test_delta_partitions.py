@@ -1,0 +1,142 @@
+"""Delta output as delta-rs's own writer would leave it: per-file statistics (min, max,
+null counts) that readers skip files by, and partition columns, so that a nightly table
+partitioned by date can be overwritten one partition at a time, exactly once across a
+kill and its rerun (the report: add actions carried only numRecords, no partitions).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import scoring
+from scoring._commit_delta import DeltaCommitter
+from scoring.errors import ConfigError
+
+deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
+DAYS = ["2026-11-20", "2026-11-21", "2026-11-22"]
+ROWS = 240
+
+
+@pytest.fixture
+def nightly(tmp_path: Path) -> tuple[Path, str, Any]:
+    """A features folder partitioned by date, and a model file."""
+    import xgboost
+
+    rng = np.random.default_rng(9)
+    X = pd.DataFrame(rng.normal(size=(ROWS, 3)), columns=["a", "b", "c"])
+    X.iloc[::7, 1] = np.nan
+    model = xgboost.XGBClassifier(n_estimators=6, max_depth=3).fit(X, X.a > 0)
+    model.save_model(tmp_path / "m.json")
+    for i, day in enumerate(DAYS):
+        folder = tmp_path / "features" / f"date={day}"
+        folder.mkdir(parents=True)
+        X.assign(id=np.arange(ROWS) + 1000 * i).to_parquet(folder / "part-0.parquet")
+    return tmp_path, str(tmp_path / "m.json"), model
+
+
+def _adds(table: Path) -> list[dict[str, Any]]:
+    adds = []
+    for log in sorted((table / "_delta_log").glob("*.json")):
+        adds += [json.loads(line)["add"] for line in log.read_text().splitlines()
+                 if '"add"' in line]  # fmt: skip
+    return adds
+
+
+def _run(root: Path, model: str, **kw: Any) -> Any:
+    return scoring.score_parquet(root / "features", f"delta:{root / 'scores'}", model,
+                                 keep=["id", "date"], partition_by=["date"], progress=False,
+                                 **kw)  # fmt: skip
+
+
+def test_stats_and_partitions_are_those_delta_rs_writes(nightly: tuple[Path, str, Any]) -> None:
+    root, model, _ = nightly
+    _run(root, model)
+    ours = {a["partitionValues"]["date"]: json.loads(a["stats"]) for a in _adds(root / "scores")}
+    table = deltalake.DeltaTable(str(root / "scores"))
+    assert table.metadata().partition_columns == ["date"]
+    frame = table.to_pandas()
+    assert sorted(frame["date"].unique()) == DAYS and len(frame) == 3 * ROWS
+    # delta-rs writing the same rows, partitioned the same way: the same statistics.
+    deltalake.write_deltalake(str(root / "theirs"), frame, partition_by=["date"])
+    theirs = {a["partitionValues"]["date"]: json.loads(a["stats"]) for a in _adds(root / "theirs")}
+    for day in DAYS:
+        for key in ("numRecords", "minValues", "maxValues", "nullCount"):
+            assert ours[day][key] == pytest.approx(theirs[day][key]), (day, key)
+    assert all("date" not in s["minValues"] for s in ours.values()), "left to the folders"
+
+
+def test_readers_skip_files_by_their_statistics(nightly: tuple[Path, str, Any]) -> None:
+    root, model, _ = nightly
+    _run(root, model)
+    import pyarrow.dataset as ds
+
+    dataset = deltalake.DeltaTable(str(root / "scores")).to_pyarrow_dataset()
+    wanted = dataset.get_fragments(filter=ds.field("id") >= 2000)
+    assert len(list(wanted)) == 1, "only the file whose id range holds the rows"
+
+
+def test_one_partition_is_replaced_exactly_once_across_a_kill(
+    nightly: tuple[Path, str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, model, _ = nightly
+    _run(root, model)
+    for day in DAYS[:2]:  # the next night: only the last day's input is rescored
+        shutil.rmtree(root / "features" / f"date={day}")
+    step = DeltaCommitter._step
+
+    class Killed(BaseException):
+        pass
+
+    def killed(self: DeltaCommitter, done: str) -> None:
+        step(self, done)
+        if done == "committed the new table version":
+            raise Killed()  # after the commit, before its staging is cleaned
+
+    monkeypatch.setattr(DeltaCommitter, "_step", killed)
+    with pytest.raises(Killed):
+        _run(root, model, mode="overwrite_partitions")
+    monkeypatch.undo()
+    again = _run(root, model, mode="overwrite_partitions")
+    assert again.already_complete, "the rerun finds its commit: nothing twice"
+    table = deltalake.DeltaTable(str(root / "scores"))
+    assert table.version() == 1
+    frame = table.to_pandas()
+    assert frame.groupby("date").size().to_dict() == dict.fromkeys(DAYS, ROWS)
+    assert not frame.duplicated(["date", "id"]).any()
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ({"partition_by": ["c"]}, "must be a kept column"),
+    ({"partition_by": ["id"]}, "must partition the input"),
+    ({"partition_by": ["date"], "output_format": "parquet"}, "needs a Delta output"),
+    ({"partition_by": [], "mode": "overwrite_partitions"}, "name the output's partition"),
+])  # fmt: skip
+def test_partitions_that_cannot_be_are_refused_by_name(
+    nightly: tuple[Path, str, Any], given: dict[str, Any], says: str
+) -> None:
+    root, model, _ = nightly
+    out = root / "scores"
+    fmt = given.pop("output_format", "delta")
+    with pytest.raises(ConfigError, match=says):
+        scoring.score_parquet(root / "features", str(out) if fmt == "parquet" else f"delta:{out}",
+                              model, keep=["id", "date"], progress=False, **given)  # fmt: skip
+    assert not out.exists()
+
+
+def test_an_unpartitioned_table_gets_statistics_too(nightly: tuple[Path, str, Any]) -> None:
+    root, model, _ = nightly
+    scoring.score_parquet(root / "features", f"delta:{root / 'flat'}", model, keep=["id"],
+                          progress=False)  # fmt: skip
+    stats = [json.loads(a["stats"]) for a in _adds(root / "flat")]
+    assert len(stats) == 3 and all({"id", "probability", "label"} <= set(s["minValues"])
+                                   for s in stats)  # fmt: skip
+    arrow = deltalake.DeltaTable(str(root / "flat")).to_pyarrow_table()
+    assert arrow.schema.field("id").type == pa.int64()
