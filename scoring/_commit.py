@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from ._dataset import Fragment
+from ._files import exists
 from ._staging import RECORD, compare, owned, refuse_publishing, say_changed, say_discarded
 from .errors import OutputError
 
@@ -182,7 +183,7 @@ class Committer:
 
     def previous_manifest(self) -> dict[str, Any] | None:
         """The manifest of a complete output (``_SUCCESS`` beside it), else None."""
-        if not self.fs.exists(f"{self.root}/{SUCCESS}"):
+        if not exists(self.fs, f"{self.root}/{SUCCESS}"):
             return None
         return self._manifest()
 
@@ -197,7 +198,7 @@ class Committer:
                 (f["relpath"], f["fingerprint"]) for f in previous["fragments"]
             ) == sorted((f.relpath, f.fingerprint) for f in fragments)
             if same and not self._damaged(previous):
-                if self.fs.exists(self.staging):  # left by a kill after _SUCCESS
+                if exists(self.fs, self.staging):  # left by a kill after _SUCCESS
                     self.fs.rm(self.staging, recursive=True)
                 return True
             if not same and not self.overwrite:
@@ -231,7 +232,7 @@ class Committer:
         return f"{self.staging}/{RECORD}"
 
     def _run_record(self) -> dict[str, Any] | None:
-        if not self.fs.exists(self._record):
+        if not exists(self.fs, self._record):
             return None
         return dict(json.loads(self.fs.cat_file(self._record)))
 
@@ -246,7 +247,7 @@ class Committer:
         """Settle an interrupted run's staging for this run: refuse a ``_temporary`` that
         is not scoring's; discard staged files written with other contents, or keep them
         with this run's settings (saying which); returns the record kept, if any."""
-        if not self.fs.exists(self.staging):
+        if not exists(self.fs, self.staging):
             return None
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.staging, detail=False)]
         if not owned(names):
@@ -286,7 +287,7 @@ class Committer:
 
     def _holds(self, path: str, record: dict[str, Any], *, hashed: bool) -> bool:
         """``path`` exists with the record's size and, when ``hashed``, its sha256."""
-        if not self.fs.exists(path) or self.fs.size(path) != record["bytes"]:
+        if not exists(self.fs, path) or self.fs.size(path) != record["bytes"]:
             return False
         return not hashed or self._sha256(path) == record["sha256"]
 
@@ -302,7 +303,7 @@ class Committer:
         self.fs.invalidate_cache()
 
     def _listing(self) -> list[str]:
-        if not self.fs.exists(self.root):
+        if not exists(self.fs, self.root):
             return []
         return [p[len(self.root) :].lstrip("/") for p in self.fs.find(self.root)]
 
@@ -345,7 +346,7 @@ class Committer:
         """The input snapshot an interrupted run of this job read (a Delta version), which
         its rerun reads again: the journal holds files of that snapshot."""
         path = f"{self.staging}/_input.json"
-        if not self.fs.exists(path):
+        if not exists(self.fs, path):
             return None
         pinned = dict(json.loads(self.fs.cat_file(path)))
         return pinned if pinned.pop("job_key", None) == self.job_key else None
@@ -372,7 +373,7 @@ class Committer:
     def discard(self, tmp: str) -> None:
         """Remove an unfinished file (best effort: a rerun never trusts one anyway)."""
         with contextlib.suppress(OSError):
-            if self.fs.exists(tmp):
+            if exists(self.fs, tmp):
                 self.fs.rm_file(tmp)
 
     def finish(
@@ -414,7 +415,7 @@ class Committer:
         self._begin()
         entries = sorted(entries, key=lambda e: e.relpath)
         keep = {e.output for e in entries}
-        staged = {e.output for e in entries if self.fs.exists(f"{self.staging}/{e.output}")}
+        staged = {e.output for e in entries if exists(self.fs, f"{self.staging}/{e.output}")}
         manifest = self._manifest()
         old = _published_names(manifest)
         self._set_aside(manifest, staged | (set(old) - keep))
@@ -486,7 +487,7 @@ class Committer:
     def _manifest(self) -> dict[str, Any] | None:
         """The output's manifest, with or without ``_SUCCESS`` beside it."""
         path = f"{self.root}/{MANIFEST}"
-        return dict(json.loads(self.fs.cat_file(path))) if self.fs.exists(path) else None
+        return dict(json.loads(self.fs.cat_file(path))) if exists(self.fs, path) else None
 
     def _set_aside(self, manifest: dict[str, Any] | None, touched: set[str]) -> None:
         """Before files of the output's ``manifest`` are replaced or removed (``touched``):
@@ -500,12 +501,12 @@ class Committer:
         kept = any(str(f.get("output", "")).startswith(f"{PREVIOUS}/") for f in listed)
         if kept or manifest.get("job_key") != self.job_key:
             self.publication.phase = "replacing"  # a previous run is what readers see
-        if self.fs.exists(f"{self.root}/{SUCCESS}"):
+        if exists(self.fs, f"{self.root}/{SUCCESS}"):
             self.fs.rm_file(f"{self.root}/{SUCCESS}")
             self._step("unmarked the previous run")
         # A file lost since (a rerun rescoring it) has nothing to keep.
         moving = [f for f in listed if f.get("output") in touched
-                  and self.fs.exists(f"{self.root}/{f['output']}")]  # fmt: skip
+                  and exists(self.fs, f"{self.root}/{f['output']}")]  # fmt: skip
         for f in moving:
             name = f["output"]
             self._keep(f"{self.root}/{name}", f"{self.root}/{PREVIOUS}/{name}")
@@ -526,7 +527,7 @@ class Committer:
         self.fs.cp_file(path, kept)
 
     def _remove(self, path: str) -> None:
-        if self.fs.exists(path):
+        if exists(self.fs, path):
             self.fs.rm_file(path)
 
     def _write_whole(self, path: str, data: bytes) -> None:

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from ._commit import Committer, Entry, _extras
 from ._dataset import Fragment, delta_storage_options
 from ._delta_files import file_stats, partition_values
+from ._files import exists
 from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
@@ -114,13 +115,13 @@ class DeltaCommitter(Committer):
     def _legacy_record(self) -> dict[str, Any] | None:
         """An earlier version's record of an interrupted run (its id, mode, job key)."""
         path = f"{self.staging}/{LEGACY_RECORDS[0]}"
-        return dict(json.loads(self.fs.cat_file(path))) if self.fs.exists(path) else None
+        return dict(json.loads(self.fs.cat_file(path))) if exists(self.fs, path) else None
 
     def _discard_staging(self, record: dict[str, Any]) -> None:
         """The staging, and the folder a run placed files in before its commit."""
         if record.get("run"):
             folder = f"{self.root}/scoring-{record['run']}"
-            if self.fs.exists(folder) and not self._committed_run(str(record["run"])):
+            if exists(self.fs, folder) and not self._committed_run(str(record["run"])):
                 self.fs.rm(folder, recursive=True)
         super()._discard_staging(record)
 
@@ -167,7 +168,7 @@ class DeltaCommitter(Committer):
         self.publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
         # A file not staged was moved by an earlier, interrupted publish.
-        self._place([e.output for e in entries if self.fs.exists(f"{self.staging}/{e.output}")])
+        self._place([e.output for e in entries if exists(self.fs, f"{self.staging}/{e.output}")])
         return self._committing(entries, extra=extra)
 
     def publish_files(

@@ -131,9 +131,11 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
     mistake); the traceback of an unexpected one only with ``--debug``.  Ctrl-C and
     SIGTERM stop the command with 130 and 143, saying what was done (``written``: a run
     that a rerun resumes)."""
-    with _terminable():
+    with _terminable() as received:
         try:
             yield
+            if received:  # raised where a library swallowed it: the stop still stands
+                raise Terminated()
         except (KeyboardInterrupt, Terminated) as exc:
             name, code = STOPPED[type(exc)]
             raise fail(command, _stopped(name, written), code=code) from None
@@ -189,18 +191,23 @@ def _stopped(signal_name: str, written: RowsWritten | None) -> str:
 
 
 @contextmanager
-def _terminable() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` in the main thread while the command runs."""
+def _terminable() -> Iterator[list[int]]:
+    """SIGTERM raises :class:`Terminated` in the main thread while the command runs, and
+    is recorded in the list this yields: an exception raised at an arbitrary point can
+    be swallowed there (a library's bare ``except:``), and the command must stop all
+    the same."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
 
     def terminate(number: int, frame: Any) -> None:
+        received.append(number)
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        yield
+        yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
 
