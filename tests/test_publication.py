@@ -197,9 +197,11 @@ def test_a_sigterm_raised_inside_a_filesystem_question_is_never_lost(
         assert runner.invoke(app, [*runs["previous"], "--output", str(out)]).exit_code == 0
         seen = [0]
 
-        def interrupted(self: Any, path: Any, _k: int = k, **kw: Any) -> Any:
-            seen[0] += 1
-            if seen[0] == _k:  # the signal arrives: its handler raises inside the question
+        def interrupted(
+            self: Any, path: Any, _k: int = k, _seen: list[int] = seen, **kw: Any
+        ) -> Any:
+            _seen[0] += 1
+            if _seen[0] == _k:  # the signal arrives: its handler raises inside the question
                 os.kill(os.getpid(), signal.SIGTERM)
             return info(self, path, **kw)
 
