@@ -223,9 +223,9 @@ def _meaningful(message: str) -> list[str]:
 
 _LOG_STAMP = re.compile(r"^\[[\d:]+\] \S+: ")
 #: Where a backtrace begins: Rust's (``RUST_BACKTRACE``: "stack backtrace:" or its first
-#: numbered frame), Python's, Java's ("\tat ...").
+#: numbered frame), XGBoost's ("Stack trace:"), Python's, Java's ("\tat ...").
 _BACKTRACE_START = re.compile(
-    r"^\s*(stack backtrace:|Stack backtrace:|Traceback \(most recent call last\)|"
+    r"^\s*(stack backtrace:|Stack backtrace:|Stack trace:|Traceback \(most recent call last\)|"
     r"\d+: (<unknown>|\S+::|0x[0-9a-f]+|start_thread|clone)|\tat |Caused by:\s*$)"
 )
 #: A frame line on its own: "  at ./src/file.rs:81:0", "  File \"x.py\", line 3", "  12: fn".
