@@ -57,7 +57,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ._dataset import Fragment
 from ._files import exists
-from ._staging import RECORD, compare, owned, refuse_publishing, say_changed, say_discarded
+from ._staging import RECORD, compare, owned, refuse_publishing, say
 from .errors import OutputError
 
 __all__ = [
@@ -264,11 +264,11 @@ class Committer:
         if rerun.discard:
             if record.get("publishing"):
                 raise refuse_publishing(self.url, rerun.discard, record, self.settings)
-            say_discarded(self.url, rerun.discard, record, self.settings, staged)
+            say(self.url, rerun.discard, record, self.settings, staged, discarded=True)
             self._discard_staging(record)
             return None
         if rerun.changed:
-            say_changed(self.url, rerun.changed, record, self.settings, staged)
+            say(self.url, rerun.changed, record, self.settings, staged, discarded=False)
             self._record_run(**_extras(record, self.settings))
         return record
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import OutputError
 
-__all__ = ["CONTENT", "RECORD", "Rerun", "compare", "owned"]
+__all__ = ["CONTENT", "RECORD", "Rerun", "compare", "owned", "refuse_publishing", "say"]
 
 RECORD = "_scoring_run.json"
 #: The record of earlier versions' Delta runs (run id, mode, job key).
@@ -88,20 +88,18 @@ def refuse_publishing(url: str, keys: list[str], old: Mapping[str, Any],
     )
 
 
-def say_discarded(url: str, keys: list[str], old: Mapping[str, Any],
-                  new: Mapping[str, Any], files: int) -> None:  # fmt: skip
-    log.warning(
-        "output %s: discarding %d file(s) staged by an interrupted run with other settings "
-        "(%s); this run scores afresh", url, files, describe(keys, old, new),
-    )  # fmt: skip
+#: What a rerun says it does with the staged files, by whether it discards them.
+_SAID = {
+    True: "output %s: discarding %d file(s) staged by an interrupted run with other "
+    "settings (%s); this run scores afresh",
+    False: "output %s: resuming an interrupted run's %d staged file(s) with this run's "
+    "settings (%s)",
+}
 
 
-def say_changed(url: str, keys: list[str], old: Mapping[str, Any],
-                new: Mapping[str, Any], files: int) -> None:  # fmt: skip
-    log.warning(
-        "output %s: resuming an interrupted run's %d staged file(s) with this run's "
-        "settings (%s)", url, files, describe(keys, old, new),
-    )  # fmt: skip
+def say(url: str, keys: list[str], old: Mapping[str, Any], new: Mapping[str, Any],
+        files: int, *, discarded: bool) -> None:  # fmt: skip
+    log.warning(_SAID[discarded], url, files, describe(keys, old, new))
 
 
 def owned(names: list[str]) -> bool:

@@ -21,7 +21,7 @@ from scoring._catalog import reference_profile
 from scoring._engines.ray import RayEngine
 from scoring._engines.ray_cluster import check_fits
 from scoring._frameworks import import_model
-from scoring.errors import ConfigError, MissingColumnError, ScoringError
+from scoring.errors import ConfigError, MissingColumnError, OutputError, ScoringError
 from scoring.ray import plan_workers
 
 from .test_score_parquet import assert_native_parity, model_frame, write_input
@@ -142,12 +142,15 @@ def test_missing_column_is_refused_before_writing(tmp_path: Path, ray_session: A
 def test_a_failure_inside_an_actor_is_raised_as_it_was(tmp_path: Path, ray_session: Any) -> None:
     model, X = model_frame("lgb_reg", rows=1000)
     write_input(X, tmp_path / "in", files=2)
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "_temporary").write_text("a file where the staging folder goes")
-    with pytest.raises(FileExistsError) as raised:  # not Ray Data's wrapper and its advice
+    (tmp_path / "out" / "_temporary").mkdir(parents=True)
+    # A file where the journal's folder goes: the actor fails journaling its first file.
+    (tmp_path / "out" / "_temporary" / "_journal").write_text("not a folder")
+    with pytest.raises(OutputError) as raised:  # the output's own error, named, with its path
         scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
                               keep=["id"], progress=False)  # fmt: skip
-    assert raised.value.filename == str(tmp_path / "out" / "_temporary")
+    cause = raised.value.__cause__  # as the actor raised it: not Ray Data's wrapper
+    assert isinstance(cause, FileExistsError)
+    assert cause.filename == str(tmp_path / "out" / "_temporary" / "_journal")
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 

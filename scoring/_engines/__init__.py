@@ -36,12 +36,12 @@ from .base import (
     ModelSource,
     ScoreReport,
     check_outside_process,
-    output_failures,
     plan_run,
     publish,
     report,
     resolve_model,
 )
+from .target import output_failures
 
 __all__ = ["ENGINES", "Engine", "ModelSource", "ScoreReport", "engine_named",
            "resolve_model", "score_parquet"]  # fmt: skip

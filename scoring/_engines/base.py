@@ -14,21 +14,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-import fsspec
 import pyarrow as pa
 from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._catalog import ensure_verified
 from .._commit import Committer, Entry
-from .._commit_delta import DeltaCommitter
-from .._dataset import Fragment, InputDataset, glob_base, open_input
+from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref
@@ -40,7 +37,8 @@ from .._registry import ModelStore
 from .._scorer import Scorer
 from .._stores import StoreConfig
 from .._version import __version__
-from ..errors import ConfigError, OutputError, ScoringError
+from ..errors import ConfigError
+from .target import check_apart, committer_for, partitions_of, pinned
 
 __all__ = [
     "ENGINES",
@@ -50,7 +48,6 @@ __all__ = [
     "ScoreReport",
     "Scored",
     "check_outside_process",
-    "output_failures",
     "output_metadata",
     "parse_options",
     "plan_run",
@@ -395,9 +392,9 @@ def plan_run(
     (:mod:`scoring._commit_delta`).  ``settings``: the rest of what the run was given
     (engine, its options), recorded beside its staged files and compared on a rerun
     (:mod:`scoring._staging`).  ``partition_by``: a Delta output's partition columns
-    (kept columns that partition the input, see :func:`_partitions`)."""
+    (kept columns that partition the input, see :func:`.target.partitions_of`)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
-    _check_apart(data.url, output)
+    check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
@@ -406,8 +403,9 @@ def plan_run(
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
     if isinstance(scorer, SetScorer):
         scorer.restart_clock()  # the report's seconds are the run's
-    partitions = _partitions(data, list(partition_by), keep=keep, output_format=output_format,
-                             engine=engine, mode=mode)  # fmt: skip
+    partitions = partitions_of(data, list(partition_by), keep=keep, mode=mode,
+                               output_format=output_format, engine=engine.name,
+                               own_committer=bool(engine.engine_files))  # fmt: skip
     schema = trial.schema.with_metadata(output_metadata(model))
     schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
     if lease is not None:
@@ -415,10 +413,11 @@ def plan_run(
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
-    committer = _committer(output, job=job, output_format=output_format, mode=mode,
-                           overwrite=overwrite, verify=verify, engine=engine,
-                           settings=given, partitions=partitions)  # fmt: skip
-    data = _pinned(data, committer)
+    committer = committer_for(output, job=job, output_format=output_format, mode=mode,
+                              overwrite=overwrite, verify=verify,
+                              engine_files=engine.engine_files, settings=given,
+                              partitions=partitions)  # fmt: skip
+    data = pinned(data, committer)
     complete = committer.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
         committer.pin_input({**data.snapshot, "requested": data.requested_version})
@@ -426,114 +425,6 @@ def plan_run(
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
                outputs=outputs, device=device, backend=backend, stores=stores or {})  # fmt: skip
-
-
-def _committer(
-    output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
-    overwrite: bool, verify: bool, engine: Engine, settings: dict[str, Any],
-    partitions: dict[str, pa.DataType],
-) -> Committer:  # fmt: skip
-    if output_format == "delta":
-        mode = mode or ("overwrite" if overwrite else "error")
-        return DeltaCommitter(output, job=job, mode=mode, verify=verify,
-                              engine_files=engine.engine_files, partition_by=partitions,
-                              settings={"format": "delta", "mode": mode,
-                                        "partition_by": list(partitions), **settings})  # fmt: skip
-    if output_format != "parquet":
-        raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
-    if mode not in (None, "error", "overwrite"):
-        raise ConfigError(
-            f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
-            "is published whole, replacing the previous run (mode 'overwrite')"
-        )
-    return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
-                     verify=verify, engine_files=engine.engine_files,
-                     settings={"format": "parquet", **settings})  # fmt: skip
-
-
-def _partitions(
-    data: InputDataset, columns: list[str], *, keep: Sequence[str], output_format: str,
-    engine: Engine, mode: str | None,
-) -> dict[str, pa.DataType]:  # fmt: skip
-    """A Delta output's partition columns and their types.  Each must be a kept column
-    that partitions the input (its ``key=value`` folders or Delta partitions), so that
-    each input file, hence each output file, lies in one partition."""
-    if mode == "overwrite_partitions" and not columns:
-        raise ConfigError(
-            "mode 'overwrite_partitions' replaces the partitions a run writes: name the "
-            "output's partition columns (partition_by)"
-        )
-    if not columns:
-        return {}
-    if output_format != "delta":
-        raise ConfigError(
-            "partition_by needs a Delta output (format delta): a Parquet output keeps its "
-            "input's key=value folders as they are"
-        )
-    if engine.engine_files:
-        raise ConfigError(
-            f"partition_by is not available on engine {engine.name!r}, whose own committer "
-            "writes the files; use the local or ray engine"
-        )
-    for column in columns:
-        if column not in keep:
-            raise ConfigError(f"partition_by {column!r} must be a kept column (add it to keep)")
-        if column not in data.partition_columns:
-            raise ConfigError(
-                f"partition_by {column!r} must partition the input (key=value folders or "
-                f"a Delta table's partitions; the input's are {data.partition_columns or 'none'})"
-            )
-        unnamed = [f.relpath for f in data.fragments if f"{column}=" not in f.relpath]
-        if unnamed:
-            raise ConfigError(
-                f"partition_by {column!r}: input file {unnamed[0]!r} is not in a "
-                f"{column}=... folder, which names its output's partition"
-            )
-    return {c: data.schema.field(c).type for c in columns}
-
-
-def _pinned(data: InputDataset, committer: Committer) -> InputDataset:
-    """A versioned input (a Delta table) at the version an interrupted run of this job
-    read (its journal holds files of that version), else as opened.  Only a rerun
-    asking for the same version (or, both, the latest) resumes that snapshot: one
-    asking for another reads what it asked for, and the staged files are discarded."""
-    pinned = committer.pinned_input() if data.snapshot is not None else None
-    if pinned is None or pinned.pop("requested", None) != data.requested_version:
-        return data
-    if data.snapshot != pinned:
-        reopened = open_input(data.url, version=int(pinned["version"]))
-        reopened.requested_version = data.requested_version
-        return reopened
-    return data
-
-
-@contextmanager
-def output_failures(output: str) -> Iterator[None]:
-    """An OSError on the output's own files (a full disk, no permission, a file where a
-    folder must be) as one line naming the output, the path and the fix."""
-    try:
-        yield
-    except OSError as exc:
-        path = str(exc.filename or "")
-        root = fsspec.core.url_to_fs(output)[1].rstrip("/")
-        if isinstance(exc, ScoringError) or not path or not path.startswith(root):
-            raise
-        raise OutputError(
-            f"output {output!r} cannot be written ({exc.strerror or exc}: {path}); free "
-            "space or grant permission there, or choose another output"
-        ) from exc
-
-
-def _check_apart(input_url: str, output_url: str) -> None:
-    """An output inside the input (or the reverse) would be read back as input: compared
-    as the filesystem sees them (relative, ``./``, ``file://``; a glob by its folder)."""
-    (fs_a, a), (fs_b, b) = (fsspec.core.url_to_fs(str(u)) for u in (input_url, output_url))
-    a, b = (glob_base(p).rstrip("/") + "/" for p in (a, b))
-    if fs_a.protocol == fs_b.protocol and (a.startswith(b) or b.startswith(a)):
-        raise ConfigError(
-            f"output {output_url!r} and input {input_url!r} overlap; write the scores "
-            "outside the input"
-        )
 
 
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:

@@ -1,0 +1,130 @@
+"""Where a run writes: the committer for its output's format, a Delta output's
+partition columns, the input version an interrupted run pinned, and the output's own
+filesystem failures as one line.  :func:`~scoring._engines.base.plan_run` checks all of
+this before a byte is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+
+from .._commit import Committer
+from .._commit_delta import DeltaCommitter
+from .._dataset import InputDataset, glob_base, open_input
+from ..errors import ConfigError, OutputError, ScoringError
+
+__all__ = ["check_apart", "committer_for", "output_failures", "partitions_of", "pinned"]
+
+
+def committer_for(
+    output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
+    overwrite: bool, verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
+    partitions: dict[str, pa.DataType],
+) -> Committer:  # fmt: skip
+    """The output's committer: a Delta table's or a Parquet folder's, given what the run
+    was given (``settings``, see :mod:`scoring._staging`)."""
+    if output_format == "delta":
+        mode = mode or ("overwrite" if overwrite else "error")
+        return DeltaCommitter(output, job=job, mode=mode, verify=verify,
+                              engine_files=engine_files, partition_by=partitions,
+                              settings={"format": "delta", "mode": mode,
+                                        "partition_by": list(partitions), **settings})  # fmt: skip
+    if output_format != "parquet":
+        raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
+    if mode not in (None, "error", "overwrite"):
+        raise ConfigError(
+            f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
+            "is published whole, replacing the previous run (mode 'overwrite')"
+        )
+    return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
+                     verify=verify, engine_files=engine_files,
+                     settings={"format": "parquet", **settings})  # fmt: skip
+
+
+def partitions_of(
+    data: InputDataset, columns: list[str], *, keep: Sequence[str], output_format: str,
+    engine: str, own_committer: bool, mode: str | None,
+) -> dict[str, pa.DataType]:  # fmt: skip
+    """A Delta output's partition columns and their types.  Each must be a kept column
+    that partitions the input (its ``key=value`` folders or Delta partitions), so that
+    each input file, hence each output file, lies in one partition."""
+    if mode == "overwrite_partitions" and not columns:
+        raise ConfigError(
+            "mode 'overwrite_partitions' replaces the partitions a run writes: name the "
+            "output's partition columns (partition_by)"
+        )
+    if not columns:
+        return {}
+    if output_format != "delta":
+        raise ConfigError(
+            "partition_by needs a Delta output (format delta): a Parquet output keeps its "
+            "input's key=value folders as they are"
+        )
+    if own_committer:
+        raise ConfigError(
+            f"partition_by is not available on engine {engine!r}, whose own committer "
+            "writes the files; use the local or ray engine"
+        )
+    for column in columns:
+        if column not in keep:
+            raise ConfigError(f"partition_by {column!r} must be a kept column (add it to keep)")
+        if column not in data.partition_columns:
+            raise ConfigError(
+                f"partition_by {column!r} must partition the input (key=value folders or "
+                f"a Delta table's partitions; the input's are {data.partition_columns or 'none'})"
+            )
+        unnamed = [f.relpath for f in data.fragments if f"{column}=" not in f.relpath]
+        if unnamed:
+            raise ConfigError(
+                f"partition_by {column!r}: input file {unnamed[0]!r} is not in a "
+                f"{column}=... folder, which names its output's partition"
+            )
+    return {c: data.schema.field(c).type for c in columns}
+
+
+def pinned(data: InputDataset, committer: Committer) -> InputDataset:
+    """A versioned input (a Delta table) at the version an interrupted run of this job
+    read (its journal holds files of that version), else as opened.  Only a rerun
+    asking for the same version (or, both, the latest) resumes that snapshot: one
+    asking for another reads what it asked for, and the staged files are discarded."""
+    pinned = committer.pinned_input() if data.snapshot is not None else None
+    if pinned is None or pinned.pop("requested", None) != data.requested_version:
+        return data
+    if data.snapshot != pinned:
+        reopened = open_input(data.url, version=int(pinned["version"]))
+        reopened.requested_version = data.requested_version
+        return reopened
+    return data
+
+
+@contextmanager
+def output_failures(output: str) -> Iterator[None]:
+    """An OSError on the output's own files (a full disk, no permission, a file where a
+    folder must be) as one line naming the output, the path and the fix."""
+    try:
+        yield
+    except OSError as exc:
+        path = str(exc.filename or "")
+        root = fsspec.core.url_to_fs(output)[1].rstrip("/")
+        if isinstance(exc, ScoringError) or not path or not path.startswith(root):
+            raise
+        raise OutputError(
+            f"output {output!r} cannot be written ({exc.strerror or exc}: {path}); free "
+            "space or grant permission there, or choose another output"
+        ) from exc
+
+
+def check_apart(input_url: str, output_url: str) -> None:
+    """An output inside the input (or the reverse) would be read back as input: compared
+    as the filesystem sees them (relative, ``./``, ``file://``; a glob by its folder)."""
+    (fs_a, a), (fs_b, b) = (fsspec.core.url_to_fs(str(u)) for u in (input_url, output_url))
+    a, b = (glob_base(p).rstrip("/") + "/" for p in (a, b))
+    if fs_a.protocol == fs_b.protocol and (a.startswith(b) or b.startswith(a)):
+        raise ConfigError(
+            f"output {output_url!r} and input {input_url!r} overlap; write the scores "
+            "outside the input"
+        )
