@@ -4,6 +4,12 @@ A Ray actor or Spark Python worker compiles each (model sha256, backend, strateg
 device) once however many batches or files it scores; the least recently used model is
 dropped when the cache holds more than ``max_models`` or its compiled tensors take more
 than ``max_bytes`` on one device (default: a quarter of a GPU's memory, 4 GiB on CPU).
+
+A stored version's payload names the choices its registry record verified, per device
+type (``verified`` in its manifest).  A worker whose own choice (its device, the
+strategy ``auto`` picked there) is not among them holds it to the native predictor on
+probe rows before scoring with it, and refuses it when it differs: the gate verifies
+what the workers run, not only what the driver would.
 """
 
 from __future__ import annotations
@@ -14,9 +20,13 @@ from collections import OrderedDict
 import torch
 
 from ._bundle import Bundle
+from ._frameworks import library_versions
+from ._model import CompiledModel, compile_imported
 from ._modelset import BundleSet, ModelSet, Scoring, compile_payload
+from ._parity import verify
+from .errors import VerificationError
 
-__all__ = ["CompiledCache", "compiled"]
+__all__ = ["CompiledCache", "check_choice", "compiled"]
 
 MAX_MODELS = 8
 CPU_MAX_BYTES = 4 << 30
@@ -72,6 +82,8 @@ class CompiledCache:
                 self._entries.move_to_end(key)
                 return self._entries[key][0]
             cm = compile_payload(bundle, device=device, backend=backend, strategy=strategy)
+            if isinstance(bundle, Bundle) and isinstance(cm, CompiledModel):
+                check_choice(bundle, cm)
             self._entries[key] = (cm, device_bytes(cm))
             self._evict(cm.device)
             return cm
@@ -90,6 +102,32 @@ class CompiledCache:
 
 
 _PROCESS_CACHE = CompiledCache()
+
+
+def check_choice(bundle: Bundle, cm: CompiledModel) -> None:
+    """Hold ``cm``'s choice to native here when the version's record does not cover it
+    (see the module docstring); a choice that passes is remembered for this process."""
+    verified = bundle.manifest.get("verified")
+    if verified is None or cm.backend != "tensor":
+        return  # not a stored version, or the native predictor: the reference itself
+    device_type, strategy = cm.device.type, str(cm.strategy)
+    if strategy in verified.get(device_type, ()):
+        return
+    model, forest = bundle.restore()
+    reference = compile_imported(model, forest, backend="native")
+
+    def build(device: str, name: str) -> CompiledModel:
+        return compile_imported(None, forest, backend="tensor", device=cm.device, strategy=name)
+
+    check = verify(reference, build, strategies={device_type: [strategy]},
+                   versions=library_versions(forest.framework))[device_type]  # fmt: skip
+    if not check.passed:
+        raise VerificationError(
+            f"{bundle.ref} fails parity on this worker's {device_type} (tensor/{strategy}: "
+            f"max error {check.max_error:.1e}{'; ' + check.detail if check.detail else ''}), "
+            "which its registry record never verified; score it with backend='native'"
+        )
+    verified.setdefault(device_type, []).append(strategy)
 
 
 def compiled(

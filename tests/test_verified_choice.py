@@ -48,7 +48,8 @@ def _without(reg: scoring.Registry, strategy: str) -> None:
     mv = reg.get("churn@1")
     cpu = mv.verification["cpu"]
     kept = [s for s in cpu.strategies if s != strategy] or ["tree_traversal"]
-    reg.record_verification(mv, {"cpu": cpu.model_copy(update={"strategies": kept})})
+    fresh = {"strategies": kept, "passed": True, "detail": "", "max_error": 0.0}
+    reg.record_verification(mv, {"cpu": cpu.model_copy(update=fresh)})
 
 
 def test_a_run_verifies_an_unverified_choice_first_and_names_it(
@@ -108,3 +109,35 @@ def test_the_native_backend_is_its_own_reference(stored: tuple[Path, Any], tmp_p
                                    registry=root / "reg", backend="native",
                                    progress=False)  # fmt: skip
     assert report.verified == "native on cpu: the framework's own predictor"
+
+
+def test_a_worker_holds_a_choice_its_record_lacks_to_native_first(
+    stored: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray actors and Spark workers compile through the process cache: a stored version's
+    payload names what its record verified, and a worker's other choice is checked there
+    (passing: remembered; failing: refused)."""
+    from scoring import _cache
+    from scoring._cache import CompiledCache
+    from scoring._parity import verify
+
+    root, _ = stored
+    reg = scoring.Registry(root / "reg")
+    runs = compile_model(reg.bundle("churn@1"), backend="tensor", device="cpu")
+    _without(reg, str(runs.strategy))
+    bundle = reg.bundle("churn@1")
+    assert runs.strategy not in bundle.manifest["verified"]["cpu"]
+    CompiledCache().get(bundle, device="cpu", backend="tensor")
+    assert runs.strategy in bundle.manifest["verified"]["cpu"]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        found = verify(*args, **kwargs)
+        return {d: v.model_copy(update={"passed": False, "max_error": 0.5})
+                for d, v in found.items()}  # fmt: skip
+
+    monkeypatch.setattr(_cache, "verify", broken)
+    with pytest.raises(VerificationError, match=r"this worker's cpu.*backend='native'"):
+        CompiledCache().get(reg.bundle("churn@1"), device="cpu", backend="tensor")
+    # A payload of a model that no registry stored carries no record: nothing to hold.
+    CompiledCache().get(scoring._bundle.Bundle.of(reg.load("churn@1", backend="native")._source),
+                        device="cpu", backend="tensor")  # fmt: skip

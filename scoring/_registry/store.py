@@ -351,6 +351,10 @@ class ModelStore:
         """The version as a checksummed payload a worker compiles without this registry."""
         mv = self.get(ref, version=version)
         manifest = bundle_manifest(mv.name, mv.version, mv.sha256, mv.schema, mv.created_at)
+        # The choices its record verified, per device type: a worker holds any other
+        # choice it makes to the native predictor first (scoring._cache).
+        manifest["verified"] = {d: sorted(v.strategies) for d, v in mv.verification.items()
+                                if v.passed}  # fmt: skip
         return Bundle(manifest=manifest, model_bytes=self.read(mv))
 
     # -- internals ----------------------------------------------------------------
