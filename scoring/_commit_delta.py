@@ -180,12 +180,14 @@ class DeltaCommitter(Committer):
         self._begin()
         self.publication.phase = "committing"
         folder = f"{self.root}/scoring-{self.run_id}"
-        self.fs.makedirs(folder, exist_ok=True)
-        for path in sorted(self.fs.glob(f"{self.engine_dir}/{prefix}*")):
-            self.fs.mv(path, f"{folder}/{path.rsplit('/', 1)[-1]}")
+        # Spark lays a partitioned write out in key=value folders: kept, below the run's.
+        for path in self._written(self.engine_dir, prefix):
+            moved = f"{folder}/{path[len(self.engine_dir) :].lstrip('/')}"
+            self.fs.makedirs(moved.rsplit("/", 1)[0], exist_ok=True)
+            self.fs.mv(path, moved)
             self._step("placed a new file")
         entries = []
-        for path in sorted(self.fs.glob(f"{folder}/{prefix}*")):
+        for path in self._written(folder, prefix):
             name = path[len(self.root) :].lstrip("/")
             with self.fs.open(path, "rb") as f:
                 rows = pq.ParquetFile(f).metadata.num_rows
@@ -193,6 +195,12 @@ class DeltaCommitter(Committer):
             entries.append(Entry(relpath=name, input="", fingerprint="", rows=rows, output=name,
                                  sha256="", bytes=size, job=self.job_key))  # fmt: skip
         return self._committing(entries, extra=extra)
+
+    def _written(self, folder: str, prefix: str) -> list[str]:
+        """The ``prefix*`` files below ``folder``, at any depth (partition folders)."""
+        if not exists(self.fs, folder):
+            return []
+        return sorted(p for p in self.fs.find(folder) if p.rsplit("/", 1)[-1].startswith(prefix))
 
     def _committing(self, entries: list[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
         rows = sum(e.rows for e in entries)

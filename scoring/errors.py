@@ -211,25 +211,37 @@ def cause_line(exc: BaseException, *, first_line: bool = False) -> str:
 
 
 def _meaningful(message: str) -> list[str]:
-    """The lines of ``message`` before any backtrace, less frame lines and blanks."""
-    lines = []
+    """The lines of ``message`` that say something: a native backtrace (Rust's, XGBoost's)
+    ends them; a Python traceback's frames and Java's ``at`` lines are passed over (the
+    exception line after a Python traceback is its reason)."""
+    lines, in_frame = [], False
     for line in message.strip().splitlines():
-        if _BACKTRACE_START.match(line):
+        if _NATIVE_BACKTRACE.match(line):
             break
-        if line.strip() and not _FRAME.match(line):
+        if _PYTHON_FRAME.match(line):
+            in_frame = True  # its source and caret lines follow, indented further
+            continue
+        if (in_frame and line.startswith("    ")) or _SKIPPED.match(line):
+            continue
+        in_frame = False
+        if line.strip():
             lines.append(line.strip())
     return lines
 
 
 _LOG_STAMP = re.compile(r"^\[[\d:]+\] \S+: ")
-#: Where a backtrace begins: Rust's (``RUST_BACKTRACE``: "stack backtrace:" or its first
-#: numbered frame), XGBoost's ("Stack trace:"), Python's, Java's ("\tat ...").
-_BACKTRACE_START = re.compile(
-    r"^\s*(stack backtrace:|Stack backtrace:|Stack trace:|Traceback \(most recent call last\)|"
-    r"\d+: (<unknown>|\S+::|0x[0-9a-f]+|start_thread|clone)|\tat |Caused by:\s*$)"
+#: Where a native backtrace begins: Rust's (``RUST_BACKTRACE``: "stack backtrace:" or its
+#: first numbered frame), XGBoost's ("Stack trace:").
+_NATIVE_BACKTRACE = re.compile(
+    r"^\s*(stack backtrace:|Stack backtrace:|Stack trace:|"
+    r"\d+: (<unknown>|\S+::|0x[0-9a-f]+|start_thread|clone))"
 )
-#: A frame line on its own: "  at ./src/file.rs:81:0", "  File \"x.py\", line 3", "  12: fn".
-_FRAME = re.compile(r"^\s+(at \S+:\d+|File \".*\", line \d+|\d+: \S+)")
+_PYTHON_FRAME = re.compile(r'^\s+File ".*", line \d+')
+#: Lines that never carry the reason: a traceback's heading, Java's frames, a Rust frame's
+#: location.
+_SKIPPED = re.compile(
+    r"^(\s*Traceback \(most recent call last\):|\tat |\s+at \S+[(:]|\s*\.\.\. \d+ more)"
+)
 
 
 class translated:

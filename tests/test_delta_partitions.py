@@ -140,3 +140,19 @@ def test_an_unpartitioned_table_gets_statistics_too(nightly: tuple[Path, str, An
                                    for s in stats)  # fmt: skip
     arrow = deltalake.DeltaTable(str(root / "flat")).to_pyarrow_table()
     assert arrow.schema.field("id").type == pa.int64()
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime")
+def test_the_spark_engine_writes_the_partitioned_table(nightly: tuple[Path, str, Any]) -> None:
+    """Spark's own committer partitions its write by value (key=value folders, the column
+    left out); the driver adds the files with their partitions and statistics."""
+    pytest.importorskip("pyspark")
+    root, model, _ = nightly
+    _run(root, model, engine="spark", engine_options={"master": "local[1]"})
+    table = deltalake.DeltaTable(str(root / "scores"))
+    assert table.metadata().partition_columns == ["date"]
+    frame = table.to_pandas()
+    assert frame.groupby("date").size().to_dict() == dict.fromkeys(DAYS, ROWS)
+    adds = _adds(root / "scores")
+    assert {a["partitionValues"]["date"] for a in adds} == set(DAYS)
+    assert all("id" in json.loads(a["stats"])["minValues"] for a in adds)

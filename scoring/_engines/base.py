@@ -404,7 +404,7 @@ def plan_run(
     if isinstance(scorer, SetScorer):
         scorer.restart_clock()  # the report's seconds are the run's
     partitions = partitions_of(data, list(partition_by), keep=keep, mode=mode,
-                               output_format=output_format, engine=engine.name,
+                               output_format=output_format,
                                own_committer=bool(engine.engine_files))  # fmt: skip
     schema = trial.schema.with_metadata(output_metadata(model))
     schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)

@@ -239,6 +239,9 @@ class SparkEngine:
                              device=run.device, backend=run.backend, ran=ran,
                              monitor=run.monitor, counted=drift)  # fmt: skip
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
+        partitions = getattr(run.committer, "partition_by", [])
+        if partitions:  # a Delta output's: key=value folders, the columns left out
+            writer = writer.partitionBy(*partitions)
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend: record what they chose.
         chosen = sorted(ran.value) or [(run.backend, "", run.device)]

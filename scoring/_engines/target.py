@@ -47,11 +47,12 @@ def committer_for(
 
 def partitions_of(
     data: InputDataset, columns: list[str], *, keep: Sequence[str], output_format: str,
-    engine: str, own_committer: bool, mode: str | None,
+    own_committer: bool, mode: str | None,
 ) -> dict[str, pa.DataType]:  # fmt: skip
-    """A Delta output's partition columns and their types.  Each must be a kept column
-    that partitions the input (its ``key=value`` folders or Delta partitions), so that
-    each input file, hence each output file, lies in one partition."""
+    """A Delta output's partition columns and their types.  Each must be a kept column;
+    where the product writes the files, one that partitions the input (its ``key=value``
+    folders or Delta partitions), so that each input file, hence each output file, lies
+    in one partition (an engine with its own committer, Spark's, partitions by value)."""
     if mode == "overwrite_partitions" and not columns:
         raise ConfigError(
             "mode 'overwrite_partitions' replaces the partitions a run writes: name the "
@@ -64,14 +65,11 @@ def partitions_of(
             "partition_by needs a Delta output (format delta): a Parquet output keeps its "
             "input's key=value folders as they are"
         )
-    if own_committer:
-        raise ConfigError(
-            f"partition_by is not available on engine {engine!r}, whose own committer "
-            "writes the files; use the local or ray engine"
-        )
     for column in columns:
         if column not in keep:
             raise ConfigError(f"partition_by {column!r} must be a kept column (add it to keep)")
+        if own_committer:  # Spark partitions its write by value: any kept column will do
+            continue
         if column not in data.partition_columns:
             raise ConfigError(
                 f"partition_by {column!r} must partition the input (key=value folders or "
