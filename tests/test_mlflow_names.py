@@ -39,6 +39,10 @@ def _fit(flavor: str, X: Any, y: np.ndarray) -> Any:
 
         return xgboost.train({"objective": "binary:logistic", "max_depth": 3},
                              xgboost.DMatrix(X, y), num_boost_round=15)  # fmt: skip
+    if flavor == "lightgbm_sklearn":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(n_estimators=15, num_leaves=8, verbose=-1).fit(X, y)
     if flavor == "lightgbm":
         import lightgbm
 
@@ -72,7 +76,7 @@ def _probability(model: Any, X: Any) -> np.ndarray:
     return np.asarray(model.predict(X))
 
 
-FLAVORS = ["xgboost", "xgboost_booster", "lightgbm", "catboost", "sklearn"]
+FLAVORS = ["xgboost", "xgboost_booster", "lightgbm", "lightgbm_sklearn", "catboost", "sklearn"]
 WAYS = ["signature", "own", "own_and_signature", "none"]
 
 
