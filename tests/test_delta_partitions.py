@@ -83,9 +83,12 @@ def test_readers_skip_files_by_their_statistics(nightly: tuple[Path, str, Any]) 
     assert len(list(wanted)) == 1, "only the file whose id range holds the rows"
 
 
+@pytest.mark.parametrize("point", ["placed a new file", "committed the new table version"])
 def test_one_partition_is_replaced_exactly_once_across_a_kill(
-    nightly: tuple[Path, str, Any], monkeypatch: pytest.MonkeyPatch
+    nightly: tuple[Path, str, Any], monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
+    """Killed before its commit (the table as it was) or after it (the rerun finds the
+    commit): either way the night's one partition is replaced once, the others kept."""
     root, model, _ = nightly
     _run(root, model)
     for day in DAYS[:2]:  # the next night: only the last day's input is rescored
@@ -97,15 +100,17 @@ def test_one_partition_is_replaced_exactly_once_across_a_kill(
 
     def killed(self: DeltaCommitter, done: str) -> None:
         step(self, done)
-        if done == "committed the new table version":
-            raise Killed()  # after the commit, before its staging is cleaned
+        if done == point:
+            raise Killed()
 
     monkeypatch.setattr(DeltaCommitter, "_step", killed)
     with pytest.raises(Killed):
         _run(root, model, mode="overwrite_partitions")
     monkeypatch.undo()
+    committed = point == "committed the new table version"
+    assert deltalake.DeltaTable(str(root / "scores")).version() == (1 if committed else 0)
     again = _run(root, model, mode="overwrite_partitions")
-    assert again.already_complete, "the rerun finds its commit: nothing twice"
+    assert again.already_complete == committed, "the rerun finds its commit: nothing twice"
     table = deltalake.DeltaTable(str(root / "scores"))
     assert table.version() == 1
     frame = table.to_pandas()
