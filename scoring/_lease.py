@@ -1,11 +1,11 @@
 """An exclusive lease on an output, so that two runs never write one output at once.
 
-The lease is ``_scoring_lease.json`` in the output directory, created exclusively (mode
-``"xb"``, through fsspec) and naming its holder: user, host, pid, start and a heartbeat
-that a thread renews while the run lasts.  The file is never seen part written: it is
-created whole (written aside, then linked into place, which fails when one exists) and
-renewed whole (written aside, then renamed over); an object store's put is whole
-already.  A second run is refused with one line naming the holder.  A lease whose holder
+The lease is ``_scoring_lease.json`` in the output directory, created exclusively and
+naming its holder: user, host, pid, start and a heartbeat that a thread renews while
+the run lasts.  The file is never seen part written: on a local disk it is created
+whole (written aside, then linked into place, which fails when one exists) and renewed
+whole (written aside, then renamed over); on an object store it is one put (mode
+``"xb"`` through fsspec), whole already.  A second run is refused with one line naming the holder.  A lease whose holder
 is gone is taken over: at once when the holder was a process on this host that no
 longer exists, else once its heartbeat is older than :data:`STALE_AFTER_S`.  A lease
 file that cannot be read (an earlier version's, created empty and filled after) counts
