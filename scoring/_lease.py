@@ -8,10 +8,10 @@ whole (written aside, then renamed over); on an object store it is one put (mode
 ``"xb"`` through fsspec), whole already.  A second run is refused with one line naming
 the holder.  A lease whose holder is gone is taken over: at once when the holder was a
 process on this host that no longer exists, else once its heartbeat is older than
-:data:`STALE_AFTER_S`.  A lease file that cannot be read (an earlier version's, created empty and filled after) counts
-as live until the file itself is that old.  Before publishing, the holder checks the
-lease is still its own (a run paused past the stale time may have lost it) and refuses
-to publish if not.
+:data:`STALE_AFTER_S`.  A lease file that cannot be read (an earlier version's, created
+empty and filled after) counts as live until the file itself is that old.  Before
+publishing, the holder checks the lease is still its own (a run paused past the stale
+time may have lost it) and refuses to publish if not.
 """
 
 from __future__ import annotations
