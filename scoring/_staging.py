@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import OutputError
@@ -46,13 +47,13 @@ NAMES = {"job_key": "model, kept columns or outputs", "format": "output format",
 log = logging.getLogger("scoring.output")
 
 
+@dataclass(frozen=True)
 class Rerun:
     """What a rerun does with an interrupted run's staging: ``discard`` it (and why), or
     keep it with ``changed`` settings taking their new values."""
 
-    def __init__(self, *, discard: list[str], changed: list[str]):
-        self.discard = discard
-        self.changed = changed
+    discard: list[str]
+    changed: list[str]
 
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> Rerun:
