@@ -27,6 +27,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -245,9 +246,10 @@ class DeltaCommitter(Committer):
                 )  # fmt: skip
             else:
                 table.create_write_transaction(
-                    adds, mode="append" if self.mode in ("error", "append") else "overwrite",
+                    [*adds, *self._replaced(table, adds)],
+                    mode="overwrite" if self.mode == "overwrite" else "append",
                     schema=schema, partition_by=self.partition_by or None,
-                    partition_filters=self._replaced(adds), commit_properties=properties,
+                    commit_properties=properties,
                 )  # fmt: skip
         except deltalake.exceptions.DeltaError as exc:
             raise OutputError(
@@ -260,19 +262,33 @@ class DeltaCommitter(Committer):
         with self.fs.open(f"{self.root}/{entry.output}", "rb") as f:
             return pq.read_metadata(f)
 
-    def _replaced(self, adds: list[Any]) -> list[Any] | None:
-        """``overwrite_partitions``: the partitions this run writes, as delta-rs's
-        partition filters (each one replaced whole; the others kept)."""
+    def _replaced(self, table: Any, adds: list[Any]) -> list[Any]:
+        """``overwrite_partitions``: the table's files in the partitions this run writes,
+        removed in the same commit that adds the run's (every other partition kept)."""
         if self.mode != "overwrite_partitions":
-            return None
-        values = sorted({tuple(sorted(a.partition_values.items())) for a in adds})
-        if len(self.partition_by) != 1:  # delta-rs filters are one conjunction
-            raise ConfigError(
-                "mode 'overwrite_partitions' takes one partition column; this table has "
-                f"{self.partition_by}"
-            )
-        column = self.partition_by[0]
-        return [(column, "in", [dict(v)[column] for v in values])]
+            return []
+        from deltalake.transaction import RemoveAction
+
+        written = {_partition_key(a.partition_values, self.partition_by) for a in adds}
+        now = int(time.time() * 1000)
+        removed = []
+        for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
+            values = {c: f.get(f"partition.{c}") for c in self.partition_by}
+            if _partition_key(values, self.partition_by) in written:
+                removed.append(RemoveAction(f["path"], True, now, f["size_bytes"],
+                                            {c: _text(v) for c, v in values.items()}))  # fmt: skip
+        return removed
+
+
+def _partition_key(values: Mapping[str, Any], columns: list[str]) -> tuple[str | None, ...]:
+    return tuple(_text(values.get(c)) for c in columns)
+
+
+def _text(value: Any) -> str | None:
+    """A partition value as the log writes it (text; a date as YYYY-MM-DD)."""
+    if value is None:
+        return None
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _deltalake() -> Any:

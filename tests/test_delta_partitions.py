@@ -161,3 +161,33 @@ def test_the_spark_engine_writes_the_partitioned_table(nightly: tuple[Path, str,
     adds = _adds(root / "scores")
     assert {a["partitionValues"]["date"] for a in adds} == set(DAYS)
     assert all("id" in json.loads(a["stats"])["minValues"] for a in adds)
+
+
+def test_two_partition_columns_replace_exactly_the_pairs_a_run_writes(
+    nightly: tuple[Path, str, Any],
+) -> None:
+    """Partitions by date and region: a night rescoring (day 3, eu) replaces that pair
+    only, not (day 3, us) nor (day 1, eu), which filters per column would also match."""
+    root, model, _ = nightly
+    source = root / "regional"
+    for day in (DAYS[0], DAYS[2]):
+        for region in ("eu", "us"):
+            folder = source / f"date={day}" / f"region={region}"
+            folder.mkdir(parents=True)
+            shutil.copy(root / "features" / f"date={day}" / "part-0.parquet", folder)
+
+    def run(**kw: Any) -> Any:
+        return scoring.score_parquet(source, f"delta:{root / 'scores'}", model,
+                                     keep=["id", "date", "region"], progress=False,
+                                     partition_by=["date", "region"], **kw)  # fmt: skip
+
+    run()
+    for day, region in [(DAYS[0], "eu"), (DAYS[0], "us"), (DAYS[2], "us")]:
+        shutil.rmtree(source / f"date={day}" / f"region={region}")
+    run(mode="overwrite_partitions")
+    table = deltalake.DeltaTable(str(root / "scores"))
+    assert table.version() == 1
+    frame = table.to_pandas()
+    sizes = frame.groupby(["date", "region"]).size().to_dict()
+    assert sizes == {(d, r): ROWS for d in (DAYS[0], DAYS[2]) for r in ("eu", "us")}
+    assert not frame.duplicated(["date", "region", "id"]).any()
