@@ -20,10 +20,8 @@ from collections import OrderedDict
 import torch
 
 from ._bundle import Bundle
-from ._frameworks import library_versions
-from ._model import CompiledModel, compile_imported
+from ._model import CompiledModel, held_to_native
 from ._modelset import BundleSet, ModelSet, Scoring, compile_payload
-from ._parity import verify
 from .errors import VerificationError
 
 __all__ = ["CompiledCache", "check_choice", "compiled"]
@@ -114,13 +112,7 @@ def check_choice(bundle: Bundle, cm: CompiledModel) -> None:
     if strategy in verified.get(device_type, ()):
         return
     model, forest = bundle.restore()
-    reference = compile_imported(model, forest, backend="native")
-
-    def build(device: str, name: str) -> CompiledModel:
-        return compile_imported(None, forest, backend="tensor", device=cm.device, strategy=name)
-
-    check = verify(reference, build, strategies={device_type: [strategy]},
-                   versions=library_versions(forest.framework))[device_type]  # fmt: skip
+    check = held_to_native(model, forest, {device_type: [strategy]}, device=cm.device)[device_type]
     if not check.passed:
         raise VerificationError(
             f"{bundle.ref} fails parity on this worker's {device_type} (tensor/{strategy}: "

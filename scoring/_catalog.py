@@ -28,14 +28,13 @@ from ._frameworks import (
     dump_model,
     import_model,
     is_mlflow_ref,
-    library_versions,
     load_mlflow_model,
     model_object,
     restore_model,
 )
 from ._ir import Forest
-from ._model import CompiledModel, compile_imported, compile_model
-from ._parity import Predictor, Verification, verify
+from ._model import CompiledModel, compile_imported, compile_model, held_to_native
+from ._parity import Verification
 from ._registry import ModelStore, ModelVersion, read_sample
 from ._scorer import Scorer
 from .errors import VerificationError
@@ -70,15 +69,9 @@ def verify_model(
     """The tensor backend compiled from ``candidate`` (default ``forest``: the registry
     compiles what it restores from the stored bytes) against ``model``'s own predictor,
     one :class:`Verification` per device type (default: every one available)."""
-    reference: Predictor = compile_imported(model, forest, backend="native")
     compiled = candidate or forest
-
-    def build(device: str, strategy: str) -> Predictor:
-        return compile_imported(None, compiled, backend="tensor", device=device, strategy=strategy)
-
     plan = {d: _strategies(compiled, d) for d in devices or available_device_types()}
-    return verify(reference, build, strategies=plan, sample=sample,
-                  versions=library_versions(forest.framework))  # fmt: skip
+    return held_to_native(model, forest, plan, sample=sample, candidate=candidate)
 
 
 def ensure_verified(store: ModelStore, bundle: Bundle, compiled: CompiledModel) -> str:
@@ -112,15 +105,8 @@ def _verify_choice(store: ModelStore, mv: ModelVersion, bundle: Bundle, device_t
     """``strategy`` verified on ``device_type`` and recorded beside what was verified there
     before (one record per device type: every strategy it holds must pass)."""
     model, forest = bundle.restore()
-    reference: Predictor = compile_imported(model, forest, backend="native")
-
-    def build(device: str, name: str) -> Predictor:
-        return compile_imported(None, forest, backend="tensor", device=device, strategy=name)
-
-    versions = library_versions(forest.framework)
-    fresh = verify(reference, build, strategies={device_type: [strategy]},
-                   sample=store.sample(mv), versions=versions)  # fmt: skip
-    check = fresh[device_type]
+    plan = {device_type: [strategy]}
+    check = held_to_native(model, forest, plan, sample=store.sample(mv))[device_type]
     if earlier is not None:
         check = check.model_copy(update={
             "strategies": sorted({*earlier.strategies, strategy}),

@@ -69,11 +69,6 @@ class DeltaCommitter(Committer):
         #: ``key=value`` folders (:mod:`scoring._delta_files`).
         self.partition_types = dict(partition_by or {})
         self.partition_by = list(self.partition_types)
-        if mode == "overwrite_partitions" and not self.partition_by:
-            raise ConfigError(
-                "Delta output mode 'overwrite_partitions' replaces the partitions a run "
-                "writes: name the output's partition columns (partition_by)"
-            )
         self.run_id = run_id  # set by check_target: the pending run's, or a new one
         self.table_uri = url
         _deltalake()  # refused before anything is written when delta-rs is missing

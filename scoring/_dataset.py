@@ -16,6 +16,7 @@ what a file's rows or columns mean without rewriting it: tables with either are 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -288,8 +289,7 @@ def _unreadable(url: str, fs: Any, root: str, version: int | str | None, exc: Ex
 
 
 def _parses(fs: Any, path: str) -> bool:
-    import json
-
+    """Whether every line of a commit file is JSON (a truncated one is not)."""
     try:
         for line in fs.cat_file(path).decode().splitlines():
             if line.strip():

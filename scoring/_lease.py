@@ -103,8 +103,7 @@ class OutputLease:
             except FileExistsError:
                 return False
             return True
-        aside = f"{self.path}.{self.token}.tmp"
-        self.fs.pipe_file(aside, data)
+        aside = self._aside(data)
         try:
             os.link(aside, self.path)  # fails when a lease exists: exclusive, and whole
         except FileExistsError:
@@ -118,9 +117,13 @@ class OutputLease:
         if not isinstance(self.fs, LocalFileSystem):
             self.fs.pipe_file(self.path, data)
             return
+        os.replace(self._aside(data), self.path)
+
+    def _aside(self, data: bytes) -> str:
+        """``data`` written whole beside the lease file, to be linked or renamed over it."""
         aside = f"{self.path}.{self.token}.tmp"
         self.fs.pipe_file(aside, data)
-        os.replace(aside, self.path)
+        return aside
 
     def _read(self) -> dict[str, Any] | None:
         try:

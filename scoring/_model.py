@@ -16,6 +16,7 @@ whatever form it came in: that is what jobs, caches and reports are keyed by.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,15 +29,15 @@ from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
 from ._compiler import fused_pays
-from ._frameworks import dump_model, import_model, model_object
+from ._frameworks import dump_model, import_model, library_versions, model_object
 from ._inputs import model_columns, prepare
 from ._ir import Forest
-from ._parity import as_frame, probe_rows
+from ._parity import Verification, as_frame, probe_rows, verify
 from .errors import CompileError
 
 __all__ = [
     "BACKENDS", "CompiledModel", "bundle_origin", "compile_imported", "compile_model",
-    "resolve_device",
+    "held_to_native", "resolve_device",
 ]  # fmt: skip
 
 BACKENDS = ("auto", "tensor", "hummingbird", "native")
@@ -183,6 +184,29 @@ def compile_model(
                           verify=verify, batch_size=batch_size)  # fmt: skip
     cm.origin = origin
     return cm
+
+
+def held_to_native(
+    model: Any,
+    forest: Forest,
+    plan: Mapping[str, Sequence[str]],
+    *,
+    sample: Any = None,
+    candidate: Forest | None = None,
+    device: str | torch.device | None = None,
+) -> dict[str, Verification]:
+    """The tensor backend on each device type of ``plan`` and each of its strategies,
+    compiled from ``candidate`` (default ``forest``) on ``device`` (default the device
+    type), held to ``model``'s own predictor (:func:`scoring._parity.verify`)."""
+    reference = compile_imported(model, forest, backend="native")
+    compiled = candidate or forest
+
+    def build(device_type: str, strategy: str) -> CompiledModel:
+        return compile_imported(None, compiled, backend="tensor", device=device or device_type,
+                                strategy=strategy)  # fmt: skip
+
+    return verify(reference, build, strategies=plan, sample=sample,
+                  versions=library_versions(forest.framework))  # fmt: skip
 
 
 def bundle_origin(bundle: Bundle) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import scoring
+from scoring import _model
 from scoring._catalog import ensure_verified
 from scoring._model import compile_model
 from scoring.errors import VerificationError
@@ -83,7 +84,6 @@ def test_ensure_verified_records_fused_beside_the_rest(stored: tuple[Path, Any])
 def test_a_choice_that_fails_parity_is_refused_and_writes_nothing(
     stored: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scoring import _catalog
     from scoring._parity import verify
 
     root, _ = stored
@@ -96,7 +96,7 @@ def test_a_choice_that_fails_parity_is_refused_and_writes_nothing(
         return {d: v.model_copy(update={"passed": False, "max_error": 0.5})
                 for d, v in found.items()}  # fmt: skip
 
-    monkeypatch.setattr(_catalog, "verify", broken)
+    monkeypatch.setattr(_model, "verify", broken)
     with pytest.raises(VerificationError, match=r"churn@1 fails parity on cpu.*backend='native'"):
         scoring.score_parquet(root / "in.parquet", tmp_path / "out", "churn@1",
                               registry=root / "reg", backend="tensor", progress=False)  # fmt: skip
@@ -117,7 +117,6 @@ def test_a_worker_holds_a_choice_its_record_lacks_to_native_first(
     """Ray actors and Spark workers compile through the process cache: a stored version's
     payload names what its record verified, and a worker's other choice is checked there
     (passing: remembered; failing: refused)."""
-    from scoring import _cache
     from scoring._cache import CompiledCache
     from scoring._parity import verify
 
@@ -135,7 +134,7 @@ def test_a_worker_holds_a_choice_its_record_lacks_to_native_first(
         return {d: v.model_copy(update={"passed": False, "max_error": 0.5})
                 for d, v in found.items()}  # fmt: skip
 
-    monkeypatch.setattr(_cache, "verify", broken)
+    monkeypatch.setattr(_model, "verify", broken)
     with pytest.raises(VerificationError, match=r"this worker's cpu.*backend='native'"):
         CompiledCache().get(reg.bundle("churn@1"), device="cpu", backend="tensor")
     # A payload of a model that no registry stored carries no record: nothing to hold.
