@@ -239,9 +239,10 @@ def compile_imported(
     else:
         # On CPU a large forest's tensor candidate is ``fused`` alone: the eager
         # strategies walk the same trees 5-10x slower there, and building and timing
-        # one would cost a new model's first row about half a second.
-        on_cpu = backend == "auto" and dev.type == "cpu"
-        large = on_cpu and strategy == "auto" and fused_pays(forest)
+        # one would cost a new model's first row about half a second.  A strategy asked
+        # for by name is what runs: it names the tensor backend.
+        on_cpu = backend == "auto" and dev.type == "cpu" and strategy == "auto"
+        large = on_cpu and fused_pays(forest)
         try:
             impl = TensorBackend(forest, device=dev, strategy="fused" if large else strategy,
                                  batch_size=batch_size)  # fmt: skip
@@ -260,13 +261,9 @@ def compile_imported(
 
 
 def _schedule_of(impl: Backend) -> dict[str, float]:
-    """``fused`` on CPU: the layout and schedule measured for this model, as numbers."""
+    """``fused``: the layout and schedule measured for this model, as numbers."""
     walk = getattr(getattr(impl, "module", None), "generic", None)
-    if walk is None:
-        return {}
-    s = walk.schedule
-    return {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
-            "fused.block": s.block, "fused.vector": float(s.vector)}  # fmt: skip
+    return {} if walk is None else walk.schedule.selection()
 
 
 def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:

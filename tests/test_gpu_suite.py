@@ -16,8 +16,12 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SUITE), "--dry-run", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = {"parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain"}
+    names = {"walk", "parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain"}
     assert {p.name for p in tmp_path.iterdir()} == {f"gpu_{n}.md" for n in names}
+    walk = (tmp_path / "gpu_walk.md").read_text()
+    rows = [line for line in walk.splitlines() if line.startswith("| ") and "| model" not in line]
+    assert len(rows) == 3 and "Error" not in walk
+    assert all(row.split(" | ")[1] == "0" for row in rows)  # no margin differs
     parity = (tmp_path / "gpu_parity.md").read_text()
     assert "| fused |" in parity and "DIFFER" not in parity and "Error" not in parity
     throughput = (tmp_path / "gpu_throughput.md").read_text()

@@ -3,6 +3,11 @@
 Sections, each written as markdown under ``--out`` as soon as it is done (a call cut
 short still returns what finished):
 
+* ``walk``: the ``fused`` kernel on CUDA (one Triton kernel for every forest), per
+  model: rows whose margins differ from walk.cpp on the CPU and whose leaves differ from
+  native, the kernel's build time cold and warm, the schedule measured, its registers
+  and stack, rows/s at 1M rows, peak device memory, a new model's first 1,000 rows in a
+  fresh process, and copy rates to and from the device;
 * ``parity``: the Hypothesis parity file on the device, then every strategy on probe
   rows (thresholds and their neighbours, NaN, +-inf, unseen categories) in float32 and
   float64, leaves and outputs against the framework's own predictor;
@@ -63,7 +68,9 @@ from scoring.recipes import EXPLAIN_RECIPES, GPU_RECIPES, SMALL_RECIPES, Recipe,
 Builder = Callable[[], Any]
 #: pytest's summary lines, apart from the noise libraries print while shutting down.
 SUMMARY = re.compile(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)")
-SECTIONS = ("parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain")
+SECTIONS = ("walk", "parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain")
+#: Strategies measured: ``triton`` is ``fused`` by name on CUDA (and the interpreter on CPU).
+MEASURED = tuple(s for s in STRATEGIES if s != "triton")
 #: time.monotonic() past which a section starts nothing long (set by --budget).
 DEADLINE = float("inf")
 #: Throughput variants run: those whose name contains this (set by --variants).
@@ -80,7 +87,12 @@ class Sizes:
     parity_recipes: tuple[Recipe, ...]
     explain_batches: tuple[int, ...]
     explain_recipes: tuple[Recipe, ...]
+    walk_recipes: tuple[Recipe, ...]
+    walk_rows: int
 
+
+#: Beside the suite's shapes, the walk section's: categorical splits, float64 inputs.
+_WALK_EXTRA = tuple(r for r in SMALL_RECIPES if r.name in ("lgb_cat", "sk_hgb_clf"))
 
 FULL = Sizes(
     batches=(1_000, 64_000, 1_000_000, 16_000_000),
@@ -91,6 +103,8 @@ FULL = Sizes(
     parity_recipes=tuple(r for r in SMALL_RECIPES if r.available),  # CatBoost: too big to carry
     explain_batches=(1_000, 64_000, 1_000_000),
     explain_recipes=tuple(EXPLAIN_RECIPES),
+    walk_recipes=(*GPU_RECIPES, *_WALK_EXTRA),
+    walk_rows=1_000_000,
 )
 
 
@@ -110,6 +124,8 @@ DRY = Sizes(
     parity_recipes=tuple(r for r in SMALL_RECIPES if r.name in ("xgb_clf", "lgb_cat")),
     explain_batches=(256, 1_000),
     explain_recipes=tuple(tiny(r) for r in EXPLAIN_RECIPES),
+    walk_recipes=(tiny(GPU_RECIPES[0]), *_WALK_EXTRA),
+    walk_rows=2_000,
 )
 
 
@@ -181,7 +197,7 @@ def parity(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     )
     for recipe in sizes.parity_recipes:
         model = recipe.build()
-        for strategy in STRATEGIES:
+        for strategy in MEASURED:
             for dtype in (np.float32, np.float64):
                 if time.monotonic() > DEADLINE:
                     return report.add("Stopped: the suite's time budget ran out.")
@@ -232,6 +248,137 @@ def _parity_row(recipe: Recipe, model: Any, strategy: str, dtype: type, device: 
         return f"{head} | {len(X):,} | {max_error(ours['values'], ref['values']):.1e} | {leaves} |"
     except (ScoringError, RuntimeError) as exc:
         return f"{head} | - | {failure(exc)} | - |"
+
+
+# -- the fused walk on CUDA --------------------------------------------------------
+
+#: A new model's first 1,000 rows in a fresh process: imports, compile (tables and the
+#: measured schedule), score; one JSON line.
+_FIRST_ROWS = """
+import json, sys, time
+began = time.perf_counter()
+import numpy as np, scoring
+imported = time.perf_counter()
+cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[2], strategy="fused")
+cm.predict_raw(np.load(sys.argv[3]))
+done = time.perf_counter()
+print(json.dumps({"total": done - began, "after_imports": done - imported}))
+"""
+
+
+def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    """``fused`` on the device against walk.cpp and native; on CPU (the dry run) the
+    interpreter is not running, so the CPU kernel stands in and the table says so."""
+    import triton
+
+    title = "The fused walk: one Triton kernel for every forest"
+    report = Report(out, "walk", title, device)
+    report.add(
+        f"Triton {triton.__version__}. Per model: rows of probe data (thresholds and their",
+        "neighbours, NaN, +-inf) whose margins differ from walk.cpp on the CPU and whose",
+        "leaves differ from native (on probe rows without NaN or inf); seconds to build",
+        "the scorer, cold (first in the process: kernel compiles included) and warm (the",
+        "same model again); the schedule measured; the kernel's registers and stack bytes;",
+        "rows/s of margins at",
+        f"{sizes.walk_rows:,} rows (input on the device); peak device memory of that batch;",
+        "a new model's first 1,000 rows in a fresh process (after imports).",
+        "",
+        "| model | margins differ | leaves differ | build cold s | warm s | schedule | "
+        "registers / stack | rows/s | peak MiB | first 1,000 rows s |",
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
+    )
+    work = Path(tempfile.mkdtemp(prefix="scoring-gpu-walk-"))
+    for recipe in sizes.walk_recipes:
+        if time.monotonic() > DEADLINE:
+            return report.add("Stopped: the suite's time budget ran out.")
+        try:
+            report.add(_walk_row(recipe, work, sizes, device))
+        except (ScoringError, RuntimeError, ImportError) as exc:
+            report.add(f"| {recipe.name} | {failure(exc)} |" + " - |" * 8)
+    report.add("", *_copy_rates(device, dry))
+
+
+def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
+    from scoring._compiler.triton_walk import TritonWalk, build_for
+
+    model = recipe.build()
+    begin = time.perf_counter()
+    cm = scoring.compile(model, backend="tensor", device=device, strategy="fused")
+    cold = time.perf_counter() - begin
+    begin = time.perf_counter()
+    scoring.compile(model, backend="tensor", device=device, strategy="fused")
+    warm = time.perf_counter() - begin
+    on_cpu = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    native = scoring.compile(model, backend="native")
+    X = probe_rows(cm.forest, n_rows=4096, special=not recipe.frame)
+    X = X.astype(np.float32 if cm.forest.input_dtype == "float32" else np.float64)
+    margins = (cm.predict_raw(X) != on_cpu.predict_raw(X)).reshape(len(X), -1)
+    finite = probe_rows(cm.forest, n_rows=4096, special=False).astype(X.dtype)  # as native takes
+    try:  # HistGradientBoosting has no apply; a frame model may refuse plain rows
+        leaf_rows = np.any(cm.predict_leaf(finite) != native.predict_leaf(finite), axis=1)
+        leaves = f"{int(leaf_rows.sum()):,}"
+    except (ScoringError, AttributeError, ValueError, TypeError):
+        leaves = "-"
+    kernel = cm.implementation.module.generic
+    schedule, regs = "CPU kernel (dry run)", "-"
+    if isinstance(kernel, TritonWalk):
+        schedule = kernel.schedule.described().removeprefix("Triton: ")
+        x = "fp64" if cm.forest.input_dtype == "float64" else "fp32"
+        acc = "fp64" if kernel.acc == torch.float64 else "fp32"
+        capability = torch.cuda.get_device_capability() if device == "cuda" else (9, 0)
+        built = build_for(capability[0] * 10 + capability[1], x=x, acc=acc,
+                          warps=kernel.schedule.warps,
+                          **kernel.variant(kernel.schedule))  # fmt: skip
+        regs = f"{built.registers} / {built.spills}"
+    rows = _rows(recipe, sizes.walk_rows, distinct=sizes.walk_rows)
+    x_dev = torch.from_numpy(rows).to(device)
+    module = cm.implementation.module
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with torch.inference_mode():
+        seconds = timed(lambda: module(x_dev))
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
+    first = _first_rows(model, recipe, work, device)
+    return (f"| {recipe.name} | {int(margins.any(axis=1).sum()):,} | {leaves} | {cold:.2f} | "
+            f"{warm:.2f} | {schedule} | {regs} | {sizes.walk_rows / seconds:,.0f} | "
+            f"{peak:,.0f} | {first} |")  # fmt: skip
+
+
+def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
+    """Seconds for a fresh process to score 1,000 rows of a model it has not seen."""
+    path = work / f"{recipe.name.split()[0]}.skops"
+    if recipe.framework == "xgboost":
+        path = path.with_suffix(".ubj")
+        model.save_model(path)
+    elif recipe.framework == "lightgbm":
+        path = path.with_suffix(".txt")
+        (model.booster_ if hasattr(model, "booster_") else model).save_model(path)
+    else:
+        import skops.io
+
+        skops.io.dump(model, path)
+    rows = work / "first.npy"
+    np.save(rows, _rows(recipe, 1_000, distinct=1_000))
+    done = subprocess.run([sys.executable, "-c", _FIRST_ROWS, str(path), device, str(rows)],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
+    times = json.loads(done.stdout.strip().splitlines()[-1])
+    return f"{times['total']:.2f} ({times['after_imports']:.2f})"
+
+
+def _copy_rates(device: str, dry: bool) -> list[str]:
+    """GB/s of one pinned 256 MiB buffer to the device and back (pageable on CPU)."""
+    if device != "cuda":
+        return ["Copy rates: skipped, no CUDA device."]
+    size = (16 << 20) if dry else (256 << 20)
+    host = torch.empty(size // 4, dtype=torch.float32, pin_memory=True)
+    dev = torch.empty_like(host, device=device)
+    to = timed(lambda: dev.copy_(host, non_blocking=True))
+    back = timed(lambda: host.copy_(dev, non_blocking=True))
+    return [f"Copy rates (pinned, {size >> 20} MiB): to the device {size / to / 1e9:.1f} GB/s, "
+            f"from it {size / back / 1e9:.1f} GB/s."]  # fmt: skip
 
 
 # -- throughput ---------------------------------------------------------------------
@@ -298,7 +445,7 @@ def _variants(model: Any, device: str, sample: torch.Tensor) -> list[tuple[str, 
         return lambda x: cm.predict_proba(x.cpu().numpy() if isinstance(x, torch.Tensor) else x)
 
     depth = scoring.compile(model, backend="native").forest.max_depth
-    out: list[tuple[str, Builder]] = [(f"tensor {s}", tensor(s)) for s in STRATEGIES]
+    out: list[tuple[str, Builder]] = [(f"tensor {s}", tensor(s)) for s in MEASURED]
     for strategy in HB_STRATEGIES:
         if strategy == "perfect_tree_traversal" and depth > 12:
             continue  # hummingbird allocates 2**depth nodes per tree: the host runs out
@@ -547,6 +694,7 @@ def _explain_cells(fn: Callable[[Any], Any], X: Any, batches: tuple[int, ...]) -
 # -- driver -------------------------------------------------------------------------
 
 RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
+    "walk": walk,
     "parity": parity,
     "throughput": throughput,
     "e2e": e2e,

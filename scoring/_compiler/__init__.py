@@ -12,15 +12,18 @@ Every strategy's tables are sized before anything is allocated (:data:`LAYOUT_BY
 ``auto`` passes over a layout past ``max_layout_bytes``, and a forced strategy past it
 raises :class:`ResourceLimitError` naming the strategies that fit.
 
-``fused`` walks every tree of a row block in one kernel.  On CPU that is one C++ kernel
-compiled once per machine, the forest passed as tables, with its layout and schedule
-chosen per model by measurement (:mod:`.generic`); ``auto`` times it against native
-(``scoring._model``).  On CUDA it is ``compiled``: the walk generated and
-compiled per model by torch.compile (:mod:`.fused`), picked for forests large enough
-to repay that (:func:`fused_pays`), since the GPU suite measured it fastest at every
-batch size from 1k rows (benchmarks/results/gpu/).  ``compiled`` runs on CPU too, as
-the code CUDA runs, testable where there is no GPU.  A forced
-``perfect_tree_traversal`` past the limit raises :class:`ResourceLimitError`.
+``fused`` walks every tree of a row block in one kernel, the forest passed as tables
+built by one layout builder for both devices (:mod:`.generic`).  On CPU that is one C++
+kernel compiled once per machine, with its layout and schedule chosen per model by
+measurement; ``auto`` times it against native (``scoring._model``).  On CUDA it is one
+Triton kernel (:mod:`.triton_walk`), compiled once per machine and variant, never per
+model, its schedule measured per model with device events; ``auto`` picks it for
+forests large enough to repay that measurement (:func:`fused_pays`).  ``triton`` is
+that kernel by name: on CUDA the same as ``fused``, on CPU under Triton's interpreter
+(``TRITON_INTERPRET=1``), so anyone can check the CUDA kernel without a GPU.
+``compiled`` is the older walk generated and compiled per model by torch.compile
+(:mod:`.fused`), on either device.  A forced ``perfect_tree_traversal`` past the limit
+raises :class:`ResourceLimitError`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from .tables import (
     traversal_layout_bytes,
 )
 from .transforms import transform
+from .triton_walk import TritonWalk
 
 __all__ = [
     "STRATEGIES",
@@ -110,7 +114,7 @@ def choose_strategy(
     max_layout_bytes: int = LAYOUT_MAX_BYTES,
 ) -> StrategyChoice:
     if device.type == "cuda" and fused_pays(forest):
-        return StrategyChoice("fused", "CUDA, forest large enough to repay a compile")
+        return StrategyChoice("fused", "CUDA, forest large enough to repay measuring a schedule")
     depth = forest.max_depth
     gemm_depth = 6 if device.type == "cuda" and (batch_size or 1 << 20) <= 4096 else 3
     if depth <= gemm_depth and gemm_layout_bytes(forest) <= max_layout_bytes:
@@ -132,7 +136,7 @@ def _perfect_fits(forest: Forest, max_bytes: int) -> bool:
 
 
 def fused_pays(forest: Forest) -> bool:
-    """Whether the forest is large enough for ``fused``: on CUDA it costs a compile
+    """Whether the forest is large enough for ``fused``: on CUDA its schedule is measured
     first; on CPU ``auto`` times it (its schedule measured first) against native."""
     return forest.n_trees * max(forest.max_depth, 1) >= FUSED_MIN_TESTS
 
@@ -140,10 +144,12 @@ def fused_pays(forest: Forest) -> bool:
 class TensorForest(nn.Module):
     """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included).
 
-    After :meth:`compile_blocks` (strategy ``compiled``, and ``fused`` on CUDA) the walk
-    runs trees-outermost and every row block goes through one compiled kernel
-    (:mod:`.fused`); after :meth:`use_generic` (``fused`` on CPU) the sums come from the
-    shared C++ kernel (:mod:`.generic`).  Leaf ids come from the eager walk.
+    After :meth:`compile_blocks` (strategy ``compiled``) the walk runs trees-outermost
+    and every row block goes through one compiled kernel (:mod:`.fused`); after
+    :meth:`use_generic` (``fused``, ``triton``) the sums come from the kernel shared by
+    every forest: walk.cpp on CPU (:mod:`.generic`), Triton on CUDA or under its
+    interpreter (:mod:`.triton_walk`), which gives the leaf ids too.  Otherwise leaf
+    ids come from the eager walk.
     """
 
     base_score: torch.Tensor
@@ -161,7 +167,7 @@ class TensorForest(nn.Module):
         self.paths = paths
         self.leaves = leaves
         self.blocks: FusedBlocks | None = None
-        self.generic: GenericWalk | None = None
+        self.generic: GenericWalk | TritonWalk | None = None
         self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
         self.register_buffer(
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
@@ -187,10 +193,14 @@ class TensorForest(nn.Module):
         device = self.base_score.device
         self.blocks = FusedBlocks(_PreparedWalk(self), prepare=self._prepared, device=device)
 
-    def use_generic(self, forest: Forest) -> GenericWalk:
-        """Route :meth:`forward` through the shared CPU kernel; its schedule is chosen
-        here, by measurement."""
-        self.generic = GenericWalk(forest, acc=self.acc_dtype)
+    def use_generic(self, forest: Forest, *, triton: bool = False) -> GenericWalk | TritonWalk:
+        """Route :meth:`forward` through the kernel every forest shares (the Triton one
+        where ``triton``, else walk.cpp); its schedule is chosen here, by measurement."""
+        device = self.base_score.device
+        if triton:
+            self.generic = TritonWalk(forest, acc=self.acc_dtype, device=device)
+        else:
+            self.generic = GenericWalk(forest, acc=self.acc_dtype)
         return self.generic
 
     def _snapped(self, x: torch.Tensor) -> torch.Tensor:
@@ -236,6 +246,8 @@ class TensorForest(nn.Module):
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
         """The native predictor's leaf id per row and tree, ``[B, T]``."""
+        if isinstance(self.generic, TritonWalk):
+            return self.generic.leaf_ids(self._snapped(x))
         chunks = torch.split(x, self.chunk_rows)
         parts = [self.leaves.native_ids(self._leaf_positions(c)) for c in chunks]
         return torch.cat(parts) if parts else self.leaves.native_ids(self._leaf_positions(x))
@@ -284,7 +296,11 @@ def compile_forest(
     leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
     module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost)
     module = module.to(device).eval()
-    if built.fused and choice.name == "fused" and device.type == "cpu":
+    if choice.name == "triton" or (choice.name == "fused" and device.type == "cuda"):
+        schedule = module.use_generic(forest, triton=True).schedule
+        choice = StrategyChoice(choice.name, f"{choice.reason}; one kernel for every forest, "
+                                f"{schedule.described()}")  # fmt: skip
+    elif choice.name == "fused":
         schedule = module.use_generic(forest).schedule
         choice = StrategyChoice(choice.name, f"{choice.reason}; one kernel for every forest, "
                                 f"{schedule.described()}")  # fmt: skip
@@ -320,7 +336,7 @@ def _check_fits(forest: Forest, strategy: str, max_bytes: int) -> None:
     """Refuse a strategy whose tables would pass ``max_bytes``, before building any
     (``fused`` builds the perfect layout where it fits, else the traversal one)."""
     layout = strategy
-    if strategy in ("fused", "compiled"):
+    if strategy in ("fused", "compiled", "triton"):
         layout = "perfect_tree_traversal" if _perfect_fits(forest, max_bytes) else "tree_traversal"
     need = LAYOUT_BYTES[layout](forest)
     if need <= max_bytes:
@@ -372,5 +388,6 @@ _BUILDERS: dict[str, _Builder] = {
     "perfect_tree_traversal": _perfect,
     "fused": _fused,
     "compiled": _fused,
+    "triton": _fused,
 }
 STRATEGIES = tuple(_BUILDERS)

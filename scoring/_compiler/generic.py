@@ -214,6 +214,11 @@ class Schedule:
         path = f"AVX2, {self.uniform} levels node by node" if self.vector else "scalar"
         return f"top {self.top_depth} levels heap-ordered, {self.block}-row blocks, {path}"
 
+    def selection(self) -> dict[str, float]:
+        """The schedule as numbers, for :attr:`CompiledModel.selection`."""
+        return {"fused.top_depth": self.top_depth, "fused.uniform": self.uniform,
+                "fused.block": self.block, "fused.vector": float(self.vector)}  # fmt: skip
+
 
 class _WalkTables:
     """A forest's tables for walk.cpp with a top of ``top_depth`` levels; the arrays

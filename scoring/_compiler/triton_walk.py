@@ -1,0 +1,382 @@
+"""The ``fused`` strategy on CUDA: one Triton kernel for every forest, the forest as data.
+
+The same tables as the CPU walk (:mod:`.generic`, walk.cpp), built by the same layout
+code: each tree's top levels a complete tree in heap order, then linked nodes below it
+(breadth first, siblings side by side, a leaf a node every value leaves to the left
+whose first child is itself).  A program takes ``block`` rows through every tree in
+tree order and adds each leaf onto what ``out`` holds, at the accumulation dtype: one
+rounding per addition and no multiplication (so no fused multiply-add can form), the
+additions in walk.cpp's order, hence its sums bit for bit.  The node test is
+``NodeTest``'s: ``x <= threshold`` at the input's precision, NaN (and, where flagged,
+``|x| <=`` the zero threshold) to the default side, categorical bitsets.  The same
+program writes each row's native leaf id per tree when asked, so ``predict_leaf`` needs
+no second walk.
+
+Why a hand-written kernel rather than a generic ``torch.compile`` program: the kernel
+is compiled once per machine and variant (input and accumulation dtype, categorical
+splits, zero-as-missing, vector leaves, top depth, rows per program), never per model,
+so a new model costs its tables only, where the per-model walk (``compiled``) took
+25-76 s on an H100 with an empty cache; and ``torch.compile`` with the tables as inputs
+sums trees out of order (not bit-identical).
+
+Without a GPU the very kernel runs on CPU tensors under Triton's interpreter
+(``TRITON_INTERPRET=1`` set before Python starts): ``strategy="triton"`` on CPU.  That is
+how the tests hold it to walk.cpp, at 3-5 ms per program, tree and level, so only for
+small forests.  :func:`build_for` compiles a variant for an sm_80 or sm_90 target on a
+machine without a GPU, with ptxas's register and spill counts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._ir import Forest
+from ..errors import CompileError, DependencyError
+from .generic import _linked_tables, _top_tables
+from .kernels import ZERO_THRESHOLD
+
+__all__ = ["TritonSchedule", "TritonWalk", "build_for", "interpreting", "kernel"]
+
+#: Deepest heap-ordered top: 2**8 positions per tree, unrolled in the program.
+MAX_TOP = 8
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels on CPU tensors (read once, as Triton does at import)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@cache
+def kernel() -> Any:
+    """The walk as a ``triton.jit`` function (Triton imported on first use)."""
+    try:
+        from . import triton_kernel
+    except ImportError:
+        raise DependencyError(
+            "strategy 'fused' on CUDA needs Triton (shipped with CUDA builds of torch); "
+            "install it (pip install triton) or use strategy='compiled'"
+        ) from None
+    return triton_kernel.walk
+
+
+@dataclass(frozen=True)
+class TritonSchedule:
+    """How one forest is walked: heap-ordered top levels, rows per program, warps, and
+    whether rows are read feature-major (one feature of a program's rows is contiguous,
+    coalesced on a GPU) or as given."""
+
+    top_depth: int
+    block: int
+    warps: int
+    feature_major: bool
+
+    def described(self) -> str:
+        layout = "feature-major" if self.feature_major else "row-major"
+        return (f"Triton: top {self.top_depth} levels heap-ordered, {self.block} rows per "
+                f"program, {self.warps} warps, {layout} rows")  # fmt: skip
+
+    def selection(self) -> dict[str, float]:
+        return {"fused.top_depth": self.top_depth, "fused.block": self.block,
+                "fused.warps": self.warps,
+                "fused.feature_major": float(self.feature_major)}  # fmt: skip
+
+
+#: The interpreter's cost grows with programs, not rows: one large program per call.
+_INTERPRETED = TritonSchedule(top_depth=0, block=1024, warps=1, feature_major=False)
+
+
+class TritonWalk:
+    """Rows ``[B, F]`` -> ``start`` plus every tree's leaf, and leaf ids, on one device.
+
+    The tables are walk.cpp's (:func:`.generic._linked_tables`), moved to the device once.
+    Float64 rows whose values are all float32 values are walked as float32 against the
+    float32 thresholds, as walk.cpp does: no branch changes.
+    """
+
+    def __init__(self, forest: Forest, *, acc: torch.dtype, device: torch.device,
+                 schedule: TritonSchedule | None = None):  # fmt: skip
+        if device.type == "cpu" and not interpreting():
+            raise CompileError(
+                "strategy 'triton' runs on CPU only under Triton's interpreter: start Python "
+                "with TRITON_INTERPRET=1 set (slow: for checking the CUDA kernel), or use "
+                "strategy='fused'"
+            )
+        self.walk = kernel()
+        self.forest = forest
+        self.device = device
+        self.acc = acc
+        np_acc = np.dtype(np.float64 if acc == torch.float64 else np.float32)
+        self._linked = _linked_tables(forest, np_acc)
+        self._native_id = _native_ids(forest, self._linked)
+        self._tables: dict[int, dict[str, torch.Tensor]] = {}
+        #: Seconds each schedule tried took (empty when one was given or none measured).
+        self.timings: dict[TritonSchedule, float] = {}
+        if schedule is None:
+            schedule = _INTERPRETED if device.type == "cpu" else choose_schedule(self)
+        self.schedule = schedule
+
+    def tables(self, top_depth: int) -> dict[str, torch.Tensor]:
+        """The device tables for a top of ``top_depth`` levels (built once each)."""
+        if top_depth not in self._tables:
+            host = {**self._linked, **_top_tables(self._linked, top_depth),
+                    **_tree_ranges(self.forest, self._linked),
+                    "native_id": self._native_id}  # fmt: skip
+            self._tables[top_depth] = {k: _on(v, self.device) for k, v in host.items()}
+        return self._tables[top_depth]
+
+    def sums(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """``start [B, K]`` plus each row's leaves, added in tree order (acc dtype)."""
+        out = start.to(self.device, self.acc).contiguous().clone()
+        self.launch(self.schedule, self._input(x), out=out)
+        return out
+
+    def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """The native predictor's leaf id per row and tree, ``[B, T]`` (int64)."""
+        rows = self._input(x)
+        leaves = torch.empty((rows.shape[0], self.forest.n_trees), dtype=torch.int32,
+                             device=self.device)  # fmt: skip
+        self.launch(self.schedule, rows, leaves=leaves)
+        return leaves.long()
+
+    def launch(self, schedule: TritonSchedule, rows: torch.Tensor, *,
+               out: torch.Tensor | None = None,
+               leaves: torch.Tensor | None = None) -> None:  # fmt: skip
+        """One kernel launch over ``rows``: sums onto ``out`` (one program per block of
+        rows and output), or leaf ids into ``leaves``."""
+        n = rows.shape[0]
+        if n == 0:
+            return
+        t = self.tables(schedule.top_depth)
+        x64 = rows.dtype == torch.float64
+        if schedule.feature_major:
+            rows = rows.t().contiguous().t()  # the same view, feature-major in memory
+        stride_row, stride_feature = rows.stride()
+        k = self.forest.n_outputs
+        span = ("all_from", "all_to") if leaves is not None else ("tree_from", "tree_to")
+        grid = (-(-n // schedule.block), 1 if leaves is not None else k)
+        self.walk[grid](
+            rows, stride_row, stride_feature, n,
+            out if out is not None else t["value"],  # neither is written to ...
+            leaves if leaves is not None else t["child"],  # ... unless given
+            self._zero(rows.dtype),
+            t["top_packed"], t["top_thr64" if x64 else "top_thr32"], t["top_node"],
+            t["top_exit"], t["tree_levels"],
+            t["packed"], t["thr64" if x64 else "thr32"], t["child"], t["value"].reshape(-1),
+            t["native_id"], t["tree_order"], t[span[0]], t[span[1]],
+            t["cat_row"], t["cat_unknown_left"], t["bits_left"], t["bits_known"],
+            self.forest.n_trees, k, int(t["bits_left"].shape[1]),
+            **self.variant(schedule, leaves=leaves is not None),
+            num_warps=schedule.warps, **_launch_options(),
+        )  # fmt: skip
+
+    def variant(self, schedule: TritonSchedule, *, leaves: bool = False) -> dict[str, int | bool]:
+        """The kernel's constexprs for this forest under ``schedule`` (what
+        :func:`build_for` takes to build the same variant for another target)."""
+        return dict(TOP=schedule.top_depth, BLOCK=schedule.block,
+                    ZERO=bool(self.forest.has_missing_zero),
+                    CAT=bool(self.forest.has_categorical),
+                    BEFORE_TRUNC=bool(self.forest.cat_check_before_trunc),
+                    VECTOR=self._linked["value"].ndim == 2, LEAVES=leaves)  # fmt: skip
+
+    def _zero(self, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([ZERO_THRESHOLD[dtype]], dtype=dtype, device=self.device)
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.detach().to(self.device)
+        if rows.dtype != torch.float32:
+            rows = rows.to(torch.float64)
+            as32 = rows.float()
+            if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
+                rows = as32
+        return rows.contiguous()
+
+
+def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A table on the device; uint32 bitset words as int32 (the kernel shifts and masks
+    one bit, so the sign is never read)."""
+    if array.dtype == np.uint32:
+        array = array.view(np.int32)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+#: A ceiling for ptxas's register allocator.  Without one, ptxas 13 (Triton 3.9) put
+#: some variants at 32-48 registers with 16-32 bytes spilled to the stack; with it, the
+#: same variants take 48 registers and spill nothing (benchmarks/results/triton_registers.md).
+MAX_REGISTERS = 128
+
+
+def _launch_options(*, compiling: bool = False) -> dict[str, Any]:
+    """No contraction of a multiply and an add into one rounding (Triton 3.9 still fuses
+    by default), and :data:`MAX_REGISTERS`; the interpreter takes no compiler options."""
+    if interpreting() and not compiling:
+        return {}
+    return {"enable_fp_fusion": False, "maxnreg": MAX_REGISTERS}
+
+
+def _tree_ranges(forest: Forest, linked: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Which trees add to each output, as ranges of one order of the trees: scalar leaves
+    of several outputs sorted by output, stably (so each output's trees stay in tree
+    order, the order walk.cpp adds them in); otherwise every tree for every output."""
+    n_trees, k = forest.n_trees, forest.n_outputs
+    if "group" in linked:
+        group = linked["group"].astype(np.int64)
+        order = np.argsort(group, kind="stable")
+        bounds = np.searchsorted(group[order], np.arange(k + 1))
+        begin, end = bounds[:-1], bounds[1:]
+    else:
+        order = np.arange(n_trees)
+        begin, end = np.zeros(k, np.int64), np.full(k, n_trees)
+    return {"tree_order": order.astype(np.int32), "tree_from": begin.astype(np.int32),
+            "tree_to": end.astype(np.int32), "all_from": np.zeros(1, np.int32),
+            "all_to": np.full(1, n_trees, np.int32)}  # fmt: skip
+
+
+def _native_ids(forest: Forest, linked: dict[str, np.ndarray]) -> np.ndarray:
+    """The native leaf id at each linked id (leaves; 0 elsewhere), int32."""
+    from .generic import _breadth_first
+
+    width = linked["child"].size // max(forest.n_trees, 1)
+    ids = np.zeros((forest.n_trees, width), np.int32)
+    for t, tree in enumerate(forest.trees):
+        order, _ = _breadth_first(tree)
+        ids[t, : order.size] = tree.leaf_id[order]
+    return ids.reshape(-1)
+
+
+# -- the schedule: measured on the device ----------------------------------------------------
+
+#: Probe rows per timing: enough rows to fill an H100's programs at the largest block.
+_PROBE_ROWS = 1 << 16
+#: At most this long measuring, start to end (first launches compile each variant).
+_BUDGET_S = 0.5
+
+
+def candidates(forest: Forest) -> list[TritonSchedule]:
+    """Schedules worth timing, most promising first: the top as deep as the forest (or
+    :data:`MAX_TOP`), then shallower; 128 or 256 rows per program with 4 warps; rows as
+    given or feature-major."""
+    depth = min(max(forest.max_depth, 0), MAX_TOP)
+    tops = sorted({depth, min(depth, 6), min(depth, 4)}, reverse=True)
+    return [TritonSchedule(top, block, 4, major)
+            for major in (True, False) for top in tops for block in (128, 256)]  # fmt: skip
+
+
+def choose_schedule(walk: TritonWalk, *, timer: Callable[[Callable[[], None]], float] | None = None,
+                    budget_s: float = _BUDGET_S) -> TritonSchedule:  # fmt: skip
+    """The fastest candidate on probe rows by device time, within ``budget_s``: each
+    launched once to compile and warm, then timed; candidates left when the budget is
+    spent are not tried."""
+    from .._parity import probe_rows  # the parity module imports the compiler
+
+    time_it = timer or _device_seconds
+    forest = walk.forest
+    probes = probe_rows(forest, n_rows=_PROBE_ROWS, special=False)
+    dtype = np.float32 if forest.input_dtype == "float32" else np.float64
+    rows = walk._input(torch.from_numpy(probes.astype(dtype)))  # the path such rows take
+    out = torch.zeros((rows.shape[0], forest.n_outputs), dtype=walk.acc, device=walk.device)
+    begin = time.perf_counter()
+    for schedule in candidates(forest):
+        if walk.timings and time.perf_counter() - begin > budget_s:
+            break
+
+        def run(schedule: TritonSchedule = schedule) -> None:
+            walk.launch(schedule, rows, out=out)
+
+        run()  # compiles the variant the first time
+        walk.timings[schedule] = time_it(run)
+    return min(walk.timings, key=walk.timings.__getitem__)
+
+
+def _device_seconds(run: Callable[[], None]) -> float:
+    """Seconds ``run`` takes on the current CUDA stream, by a pair of events."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    run()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+# -- building for a GPU without one --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Build:
+    """One variant built for one target: its PTX, and the registers and stack bytes
+    (spills: the walk keeps no arrays) of the cubin Triton built from it."""
+
+    target: str
+    registers: int
+    spills: int
+    ptx: str
+
+
+def variant_signature(*, x: str, acc: str) -> dict[str, str]:
+    """The kernel's argument types for inputs of dtype ``x`` (``fp32``/``fp64``) and
+    sums at ``acc``: what :func:`build_for` compiles without tensors to launch on."""
+    ptr = {"fp32": "*fp32", "fp64": "*fp64"}
+    return {
+        "x": ptr[x], "stride_row": "i64", "stride_feature": "i64", "n_rows": "i32",
+        "out": ptr[acc], "leaf_out": "*i32", "zero_ptr": ptr[x],
+        "top_packed": "*i32", "top_threshold": ptr[x], "top_node": "*i32", "top_exit": "*i32",
+        "tree_levels": "*i32", "packed": "*i32", "threshold": ptr[x], "child": "*i32",
+        "value": ptr[acc], "native_id": "*i32", "tree_order": "*i32", "tree_from": "*i32",
+        "tree_to": "*i32", "cat_row": "*i32",
+        "cat_unknown_left": "*u8", "bits_left": "*i32", "bits_known": "*i32",
+        "n_trees": "i32", "n_outputs": "i32", "words": "i32",
+    }  # fmt: skip
+
+
+def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int = 4,
+              **constexprs: int | bool) -> Build:  # fmt: skip
+    """Compile one variant for ``sm_<capability>`` (80, 90) on any machine, with the
+    launch options :class:`TritonWalk` uses, and read the cubin's registers and stack."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature = {**variant_signature(x=x, acc=acc), **dict.fromkeys(constexprs, "constexpr")}
+    source = ASTSource(fn=kernel(), signature=signature, constexprs=dict(constexprs))
+    options = {"num_warps": warps, **_launch_options(compiling=True)}
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
+    registers, stack = _resources(compiled.asm["cubin"])
+    return Build(f"sm_{capability}", registers, stack, compiled.asm["ptx"])
+
+
+def _resources(cubin: bytes) -> tuple[int, int]:
+    """Registers and stack bytes of the one kernel in ``cubin`` (cuobjdump's report)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "walk.cubin"
+        path.write_bytes(cubin)
+        done = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", str(path)],
+                              capture_output=True, text=True)  # fmt: skip
+    usage = re.search(r"REG:(\d+) STACK:(\d+)", done.stdout)
+    if usage is None:
+        raise CompileError(f"cuobjdump reported no resource usage: {done.stderr.strip()[:200]}")
+    return int(usage.group(1)), int(usage.group(2))
+
+
+def _tool(name: str) -> str:
+    """A CUDA tool Triton ships (its NVIDIA backend's ``bin``)."""
+    import triton
+
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        raise DependencyError(f"no {name}: Triton's CUDA backend is not installed")
+    return found

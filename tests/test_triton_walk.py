@@ -1,0 +1,153 @@
+"""``fused`` on CUDA: one Triton kernel for every forest (scoring/_compiler/triton_walk.py),
+proven on a machine without a GPU.
+
+* Under Triton's interpreter the kernel equals walk.cpp bit for bit, sums and leaf ids,
+  on every recipe, with the parity probes as rows (tests/triton_parity.py, in a process
+  of its own with ``TRITON_INTERPRET=1``).
+* Every variant builds for sm_80 and sm_90 with no register spills and no fused
+  multiply-add in its PTX (benchmarks/results/triton_registers.md has the counts).
+* The schedule is the fastest candidate measured, within its time budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from scoring._compiler import triton_walk
+from scoring._compiler.triton_walk import MAX_TOP, TritonSchedule, build_for, choose_schedule
+from scoring.errors import CompileError
+
+from .conftest import RECIPES, built
+
+pytest.importorskip("triton", reason="Triton is not installed")
+
+_ROOT = Path(__file__).resolve().parent.parent
+#: Recipes scored through ``scoring.compile(..., strategy="triton")``: every framework,
+#: categorical splits, zero-as-missing, vector leaves, a chain.
+_THROUGH_COMPILE = ["xgb_multi", "xgb_vector_leaves", "xgb_booster_cat", "lgb_cat_frame",
+                    "lgb_zero_missing", "sk_hgb_clf", "sk_chain_clf", "sk_iforest",
+                    "cb_multi"]  # fmt: skip
+
+
+def _interpreted(*args: str) -> dict[str, list[str]]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-m", "tests.triton_parity", *args], cwd=_ROOT,
+                          env=env, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> dict[str, list[str]]:
+    return _interpreted(*RECIPES)
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_the_kernel_equals_walk_cpp_bit_for_bit(
+    interpreted: dict[str, list[str]], name: str
+) -> None:
+    if not RECIPES[name].available:
+        pytest.skip(f"{RECIPES[name].framework} is not installed")
+    assert name in interpreted
+    assert interpreted[name] == []
+
+
+@pytest.mark.timeout(1200)
+def test_anyone_checks_the_cuda_kernel_through_scoring_compile() -> None:
+    found = _interpreted("--compile", *_THROUGH_COMPILE)
+    available = [n for n in _THROUGH_COMPILE if RECIPES[n].available]
+    assert sorted(found) == sorted(available)
+    assert {n: d for n, d in found.items() if d} == {}
+
+
+def test_triton_on_cpu_without_the_interpreter_says_how() -> None:
+    if triton_walk.interpreting():
+        pytest.skip("this process runs Triton's interpreter")
+    with pytest.raises(CompileError, match="TRITON_INTERPRET=1"):
+        import scoring
+
+        scoring.compile(built("xgb_clf")[0], device="cpu", strategy="triton")
+
+
+# -- every variant builds for Ampere and Hopper ----------------------------------------------
+
+#: Input and accumulation dtypes the importers produce.
+_DTYPES = [("fp32", "fp32"), ("fp32", "fp64"), ("fp64", "fp64")]
+
+
+def _variants() -> list[dict[str, Any]]:
+    """Every combination of the constexpr flags: sums (scalar or vector leaves) and leaf
+    ids, at each input and accumulation dtype, with and without zero-as-missing and
+    categorical splits."""
+    return [dict(x=x, acc=acc, ZERO=zero, CAT=cat, VECTOR=vector, LEAVES=leaves)
+            for (x, acc), zero, cat, vector, leaves in itertools.product(
+                _DTYPES, (False, True), (False, True), (False, True), (False, True))
+            if not (leaves and vector)]  # fmt: skip
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("capability", [80, 90])
+def test_every_variant_builds_without_spills_or_fma(capability: int) -> None:
+    """At the widest schedule candidate: the deepest top, 256 rows per program."""
+    for variant in _variants():
+        build = build_for(capability, TOP=MAX_TOP, BLOCK=256, BEFORE_TRUNC=False, warps=4,
+                          **variant)  # fmt: skip
+        assert build.spills == 0, (variant, build.registers, build.spills)
+        assert 0 < build.registers <= 255, variant
+        assert "fma." not in build.ptx, variant  # trees added one rounding at a time
+
+
+def test_the_build_reports_spills() -> None:
+    """A kernel that cannot fit its registers spills, and the count says so (the check
+    above can fail): 4,096 rows per program on one warp."""
+    build = build_for(90, TOP=MAX_TOP, BLOCK=4096, BEFORE_TRUNC=False, warps=1, x="fp64",
+                      acc="fp64", ZERO=True, CAT=True, VECTOR=True, LEAVES=False)  # fmt: skip
+    assert build.spills > 0
+
+
+# -- the schedule ------------------------------------------------------------------------------
+
+
+class _Walk:
+    """What choose_schedule reads of a TritonWalk, on a fake device: launches recorded."""
+
+    def __init__(self, name: str) -> None:
+        self.forest = built(name)[1]
+        self.device = torch.device("cpu")
+        self.acc = torch.float32
+        self.timings: dict[TritonSchedule, float] = {}
+        self.launched: list[TritonSchedule] = []
+
+    def launch(self, schedule: TritonSchedule, rows: torch.Tensor, *, out: torch.Tensor) -> None:
+        self.launched.append(schedule)
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_the_schedule_is_the_fastest_measured() -> None:
+    walk = _Walk("xgb_multi")
+    seconds = iter(range(100, 0, -1))  # each later candidate faster
+    chosen = choose_schedule(walk, timer=lambda run: (run(), next(seconds))[1])  # type: ignore[arg-type]
+    candidates = triton_walk.candidates(walk.forest)
+    assert list(walk.timings) == candidates  # every one timed, within the budget
+    assert chosen == candidates[-1]
+    assert all(c.top_depth <= MAX_TOP for c in candidates)
+    assert {c.feature_major for c in candidates} == {True, False}
+
+
+def test_the_schedule_stops_measuring_when_its_budget_is_spent() -> None:
+    walk = _Walk("xgb_multi")
+    chosen = choose_schedule(walk, timer=lambda run: (run(), 1.0)[1], budget_s=0.0)  # type: ignore[arg-type]
+    assert list(walk.timings) == [chosen]  # the first, then the budget is spent

@@ -1,0 +1,108 @@
+"""Run as ``TRITON_INTERPRET=1 python -m tests.triton_parity NAME...``: the Triton walk
+(scoring/_compiler/triton_walk.py) under Triton's interpreter held to walk.cpp, bit for
+bit, on each recipe's stages; prints one JSON object, recipe -> differences found.
+
+A process of its own because Triton reads ``TRITON_INTERPRET`` when a kernel is
+defined, and the build tests of the same kernel need it unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+from scoring._compiler import compile_forest
+from scoring._compiler.generic import GenericWalk, Schedule
+from scoring._compiler.triton_walk import MAX_TOP, TritonSchedule, TritonWalk
+from scoring._ir import Forest
+from scoring._parity import probe_rows
+
+from .conftest import RECIPES, built
+
+
+def rows_for(forest: Forest) -> list[torch.Tensor]:
+    """The parity probes (every threshold and one ulp either side, NaN, +-inf, category
+    codes out of range) plus +-0 in every column, at the model's precision; for float64
+    models also float32 values read as float64 (the walk's float32 path)."""
+    probes = probe_rows(forest, n_rows=300, seed=3)
+    signed_zero = np.zeros((2, forest.n_features))
+    signed_zero[1] = -0.0
+    rows = np.concatenate([probes, signed_zero])
+    if forest.input_dtype == "float32":
+        return [torch.from_numpy(rows.astype(np.float32))]
+    return [torch.from_numpy(rows), torch.from_numpy(rows.astype(np.float32).astype(np.float64))]
+
+
+def schedules(forest: Forest) -> list[TritonSchedule]:
+    """No top and a top as deep as the forest allows; one program, several with a short
+    last one; rows as given and feature-major."""
+    deep = min(forest.max_depth, MAX_TOP)
+    return [TritonSchedule(0, 1024, 1, False), TritonSchedule(deep, 128, 1, True),
+            TritonSchedule(min(1, deep), 256, 1, False)]  # fmt: skip
+
+
+def differences(forest: Forest) -> list[str]:
+    eager, _ = compile_forest(forest, device=torch.device("cpu"), strategy="tree_traversal")
+    reference = GenericWalk(forest, acc=eager.acc_dtype, schedule=Schedule(0, 0, 16, False))
+    found = []
+    for x in rows_for(forest):
+        x = eager._snapped(x)
+        start = eager._start(x).contiguous()
+        sums = reference.sums(x, start).numpy()
+        leaves = eager.leaf_ids(x).numpy()
+        for schedule in schedules(forest):
+            walk = TritonWalk(forest, acc=eager.acc_dtype, device=torch.device("cpu"),
+                              schedule=schedule)  # fmt: skip
+            got = walk.sums(x, start).numpy()
+            where = f"{schedule.described()}, {x.dtype}"
+            if not np.array_equal(got, sums):
+                rows = int(np.any(got != sums, axis=1).sum())
+                found.append(f"sums differ on {rows} rows ({where})")
+            got_leaves = walk.leaf_ids(x).numpy()
+            if not np.array_equal(got_leaves, leaves):
+                rows = int(np.any(got_leaves != leaves, axis=1).sum())
+                found.append(f"leaf ids differ on {rows} rows ({where})")
+    return found
+
+
+def through_compile(name: str) -> list[str]:
+    """``scoring.compile(model, device="cpu", strategy="triton")``, as a user checks the
+    CUDA kernel: the outputs of ``fused`` on CPU, and the eager walk's leaf ids."""
+    import scoring
+
+    model, forest, _ = built(name)
+    triton = scoring.compile(model, device="cpu", strategy="triton")
+    if triton.strategy != "triton" or triton.implementation.name != "tensor":
+        return [f"compiled as {triton.implementation.name}/{triton.strategy}"]
+    fused = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    eager = scoring.compile(model, backend="tensor", device="cpu", strategy="tree_traversal")
+    rows = probe_rows(forest, n_rows=200, seed=5, special=False)
+    found = []
+    if not np.array_equal(triton.predict_raw(rows), fused.predict_raw(rows)):
+        found.append("predict_raw differs from fused on CPU")
+    if not np.array_equal(triton.predict_leaf(rows), eager.predict_leaf(rows)):
+        found.append("predict_leaf differs from the eager walk")
+    return found
+
+
+def main(args: list[str]) -> None:
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    compiled = "--compile" in args
+    out: dict[str, list[str]] = {}
+    for name in (a for a in args if not a.startswith("--")):
+        if not RECIPES[name].available:
+            continue
+        if compiled:
+            out[name] = through_compile(name)
+            continue
+        forest = built(name)[1]
+        out[name] = [d for stage in forest.stages or [forest] for d in differences(stage)]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
