@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import torch
 
 from ._backends.native import NativeBackend
+from ._backends.staged import Ready
 from ._backends.tensor import TensorBackend, finish
 from ._bundle import Bundle
 from ._compiler import fused_pays
@@ -432,6 +433,18 @@ class SetScorer:
                 found += scorer.feature_columns(columns)
             found += where.columns if where else []
         return list(dict.fromkeys(found))
+
+    #: Members' margins come from one combined pass on the host side of the set: a batch
+    #: is scored where it is submitted (:meth:`Scorer.submit`).
+    in_flight = False
+
+    def allow_in_flight(self, batches: int) -> None:
+        return None
+
+    def submit(self, batch: pa.RecordBatch | pa.Table, *, clock: StageClock | None = None,
+               stop: threading.Event | None = None) -> Ready:  # fmt: skip
+        """:meth:`score` now, as a result ready to read."""
+        return Ready(self.score(batch, clock=clock))
 
     def score(
         self, batch: pa.RecordBatch | pa.Table, *, clock: StageClock | None = None

@@ -12,8 +12,10 @@ are the backend's); the output columns follow the model's
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +30,7 @@ from ._outputs import OutputLayout
 from ._progress import StageClock
 from .errors import InputError, MissingColumnError, NonNumericColumnError
 
-__all__ = ["Scorer"]
+__all__ = ["PendingTable", "Scorer"]
 
 
 class Scorer:
@@ -141,6 +143,31 @@ class Scorer:
         columns = [batch.column(k) for k in self.keep] + self.outputs_of(features, mat, clock=clock)
         return pa.Table.from_arrays(columns, names=self.keep + self.output_names)
 
+    def allow_in_flight(self, batches: int) -> None:
+        """Batches the device may hold at once (the engine's: two per file lane)."""
+        allow = getattr(self.backend, "allow_in_flight", None)
+        if allow is not None:
+            allow(batches)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether batches are submitted and read later (:meth:`submit`): a CUDA device
+        holds several at once; on the host a batch is scored where it is submitted."""
+        return self.backend.device.type == "cuda"
+
+    def submit(
+        self, batch: pa.RecordBatch | pa.Table, *, clock: StageClock | None = None,
+        stop: threading.Event | None = None,
+    ) -> PendingTable:  # fmt: skip
+        """:meth:`score` with the model pass in flight: the matrix is built here, the
+        backend's steps queued, and the returned table pending until they are done."""
+        clock = clock or StageClock()
+        with clock.timing("prepare"):
+            features, mat = self.matrix(batch)
+        with clock.timing("kernel"):  # queueing the steps; the wait is the writer's
+            pending = self.backend.submit(features, mat, raw=self.layout.raw, stop=stop)
+        return PendingTable(self, batch, mat, pending, clock)
+
     def outputs_of(
         self, features: pa.Table, mat: Matrix, *, clock: StageClock | None = None
     ) -> list[pa.Array]:
@@ -148,6 +175,11 @@ class Scorer:
         clock = clock or StageClock()
         with clock.timing("kernel"):
             values, raw = self.backend.score(features, mat, raw=self.layout.raw)
+        return self._arrays(values, raw, mat, clock)
+
+    def _arrays(self, values: np.ndarray, raw: np.ndarray | None, mat: Matrix,
+                clock: StageClock) -> list[pa.Array]:  # fmt: skip
+        with clock.timing("kernel"):
             contributions = self.contributions(mat)
         with clock.timing("outputs"):
             return self.layout.arrays(values, raw, self.forest, contributions)
@@ -171,6 +203,27 @@ class Scorer:
         """The model's feature columns of ``batch`` and their validated matrix."""
         features = _as_labels(batch.select(self.feature_columns(batch.schema.names)), self)
         return features, prepare(features, self.forest)  # typed errors for what native refuses
+
+
+class PendingTable:
+    """A submitted batch's table (:meth:`Scorer.submit`): :meth:`result` waits for its
+    device steps, then builds the output columns."""
+
+    def __init__(self, scorer: Scorer, batch: pa.RecordBatch | pa.Table, mat: Matrix,
+                 pending: Any, clock: StageClock):  # fmt: skip
+        self.scorer, self.batch, self.mat, self.pending, self.clock = (
+            scorer, batch, mat, pending, clock)  # fmt: skip
+
+    def result(self) -> pa.Table:
+        scorer = self.scorer
+        with self.clock.timing("kernel"):  # the wait for the device
+            values, raw = self.pending.result()
+        columns = [self.batch.column(k) for k in scorer.keep]
+        columns += scorer._arrays(values, raw, self.mat, self.clock)
+        return pa.Table.from_arrays(columns, names=scorer.keep + scorer.output_names)
+
+    def cancel(self) -> None:
+        self.pending.cancel()
 
 
 def _as_labels(features: pa.RecordBatch | pa.Table, scorer: Scorer) -> pa.Table:

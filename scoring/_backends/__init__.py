@@ -2,6 +2,7 @@
 
 :class:`scoring._model.CompiledModel` is the public face; the Scorer calls a backend
 only through :class:`Backend`: ``score`` for a batch of already validated rows,
+``submit`` for one whose result may come later (batches in flight on a GPU),
 ``batch_rows`` for the batch size that suits its device, and ``for_parallel_calls``
 for a variant whose calls may run side by side on CPU threads.  Device concerns (pinned
 host memory, splitting a batch that runs out of device memory) stay inside the backend.
@@ -9,6 +10,7 @@ host memory, splitting a batch that runs out of device memory) stay inside the b
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,6 +43,12 @@ class Backend(Protocol):
         categories) and ``mat``, the validated matrix in feature order.  Returns
         ``predict_proba`` for classifiers, else the transformed values, and the raw
         margins when ``raw`` (an anomaly model's raw score is its decision_function)."""
+
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
+               stop: threading.Event | None = None) -> Any:  # fmt: skip
+        """``score`` as a pending result (:class:`.staged.Pending`): its ``result()``
+        returns what ``score`` would.  Backends that score on the host score now.  A
+        call waiting for room on the device gives up once ``stop`` is set."""
 
     def for_parallel_calls(self) -> Backend | None:
         """A backend whose ``score`` calls may run side by side, each on one thread;

@@ -8,6 +8,7 @@ native predictor on generated rows before it is handed out; a divergence raises
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..errors import (
 )
 from . import CPU_BATCH_ROWS, Backend
 from .native import NativeBackend
+from .staged import Ready
 
 __all__ = ["HB_STRATEGIES", "HummingbirdBackend"]
 
@@ -77,6 +79,11 @@ class HummingbirdBackend:
 
     def for_parallel_calls(self) -> Backend | None:
         return None
+
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
+               stop: threading.Event | None = None) -> Ready:  # fmt: skip
+        """Scored now, on the host (see :meth:`Backend.submit`)."""
+        return Ready(self.score(features, mat, raw=raw))
 
     def score(
         self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool

@@ -1,12 +1,16 @@
 """``backend="tensor"``: the product's own compiler, on CPU or CUDA.
 
-On CUDA a batch goes through a pinned host buffer with a non-blocking copy, the batch
-size comes from free device memory, and a batch that runs out of device memory is
-split in halves and retried (later batches start at the smaller size).
+On CUDA the batch size comes from free device memory, and batches are in flight
+(:meth:`TensorBackend.submit`, :mod:`.staged`): each takes a slot of pinned host buffers,
+its copy-in, kernel, output transform and copy-out are queued on the device, and the
+caller gets a pending result while the next batch is prepared.  A batch that runs out
+of device memory is scored again synchronously, split in halves and retried (later
+batches start at the smaller size).
 """
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 
 import numpy as np
@@ -19,6 +23,7 @@ from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
 from . import CPU_BATCH_ROWS, Backend
+from .staged import CudaDevice, Pending, Ready, Stager
 
 __all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows", "finish"]
 
@@ -34,6 +39,20 @@ def cuda_batch_rows(forest: Forest, device: torch.device, *, fraction: float = 0
     return int(max(MIN_BATCH_ROWS, min(CUDA_MAX_BATCH_ROWS, free * fraction // per_row)))
 
 
+def host_outputs(forest: Forest, values: np.ndarray, margins: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray | None]:  # fmt: skip
+    """What :meth:`TensorBackend.score` returns, from the transformed values and the
+    margins (when asked for) on the host."""
+    if forest.task in ("binary", "multiclass", "multilabel"):
+        values = probabilities(forest, values)
+    elif forest.task != "anomaly":
+        values = squeeze(values)
+    if margins is None:
+        return values, None
+    # an anomaly model's raw score is its decision_function
+    return values, values if forest.task == "anomaly" else margins
+
+
 @torch.inference_mode()
 def finish(
     forest: Forest, margins: torch.Tensor, *, raw: bool
@@ -41,14 +60,7 @@ def finish(
     """What :meth:`TensorBackend.score` returns, from ``forest``'s margins (computed by
     its own module, or its slice of a combined forest's: :mod:`scoring._compiler.group`)."""
     values = transform(forest, margins).cpu().numpy()
-    if forest.task in ("binary", "multiclass", "multilabel"):
-        values = probabilities(forest, values)
-    elif forest.task != "anomaly":
-        values = squeeze(values)
-    if not raw:
-        return values, None
-    # an anomaly model's raw score is its decision_function
-    return values, values if forest.task == "anomaly" else margins.cpu().numpy()
+    return host_outputs(forest, values, margins.cpu().numpy() if raw else None)
 
 
 class TensorBackend:
@@ -73,6 +85,11 @@ class TensorBackend:
         on_cuda = device.type == "cuda"
         self.batch_rows = cuda_batch_rows(forest, device) if on_cuda else CPU_BATCH_ROWS
         self._pinned: torch.Tensor | None = None
+        #: Batches a CUDA device holds at once (:meth:`submit`); the engine sets it from
+        #: its file lanes (two each) before the first batch: :meth:`allow_in_flight`.
+        self.in_flight = 2
+        self._stager: Stager | None = None
+        self._stager_lock = threading.Lock()
         #: torch threads of a :meth:`score` call (None: torch's own count).
         self.threads_per_call: int | None = None
         self._process_threads = torch.get_num_threads()
@@ -170,6 +187,54 @@ class TensorBackend:
         finally:
             torch.set_num_threads(self._process_threads)
 
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
+               stop: threading.Event | None = None) -> Pending:  # fmt: skip
+        """One batch in flight: on CUDA its steps queued on the device (:mod:`.staged`),
+        the result pending; elsewhere scored now.  A batch that does not fit a slot, or
+        runs out of device memory when queued, is scored now by :meth:`score`."""
+        stager = self._stager_for(mat)
+        if stager is None:
+            return Ready(self.score(features, mat, raw=raw))
+
+        def compute(x: torch.Tensor) -> list[torch.Tensor]:
+            margins = self.module(x)
+            values = transform(self.forest, margins)
+            return [values, margins] if raw else [values]
+
+        try:
+            pending = stager.submit(mat, compute, stop=stop)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return Ready(self.score(features, mat, raw=raw))
+        return _Outputs(self.forest, pending)
+
+    def allow_in_flight(self, batches: int) -> None:
+        """Let the device hold ``batches`` at once; on CUDA each batch then gets its share
+        of the free memory a single batch would have had (its rows, its slot)."""
+        with self._stager_lock:
+            if self._stager is not None and self._stager.in_flight:
+                return  # a run in progress keeps its slots
+            self.in_flight = max(2, batches)
+            self._stager = None
+            if self.device.type == "cuda":
+                self.batch_rows = cuda_batch_rows(self.forest, self.device,
+                                                  fraction=0.5 / self.in_flight)  # fmt: skip
+
+    def _stager_for(self, mat: np.ndarray | torch.Tensor) -> Stager | None:
+        host = torch.as_tensor(mat)
+        if self.device.type != "cuda" or host.device.type != "cpu" or host.ndim != 2:
+            return None
+        with self._stager_lock:  # lanes submit side by side
+            stager = self._stager
+            if stager is None or stager.dtype != host.dtype or stager.rows < host.shape[0]:
+                if host.shape[0] > self.batch_rows:
+                    return None
+                stager = Stager(CudaDevice(self.device), slots=max(2, self.in_flight),
+                                rows=self.batch_rows, features=host.shape[1],
+                                dtype=host.dtype)  # fmt: skip
+                self._stager = stager
+            return stager
+
     def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
         """On CUDA, host rows copied through a reused pinned buffer, without blocking."""
         host = torch.as_tensor(mat)
@@ -185,3 +250,17 @@ class TensorBackend:
         staged = pinned[:n]
         staged.copy_(host)
         return staged.to(self.device, non_blocking=True)
+
+
+class _Outputs:
+    """A pending batch's values and margins, as :meth:`TensorBackend.score` returns them."""
+
+    def __init__(self, forest: Forest, pending: Pending):
+        self.forest, self.pending = forest, pending
+
+    def result(self) -> tuple[np.ndarray, np.ndarray | None]:
+        outputs = self.pending.result()
+        return host_outputs(self.forest, outputs[0], outputs[1] if len(outputs) > 1 else None)
+
+    def cancel(self) -> None:
+        self.pending.cancel()

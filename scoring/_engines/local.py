@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from .._backends.staged import Stopped
 from .._commit import Entry
 from .._dataset import Fragment
 from .._drift import Counts, merge
@@ -171,6 +172,40 @@ class _Lane:
         self.write_q = _Pipe(failed, depth=QUEUE_DEPTH + calls)
 
 
+class _Submitted:
+    """A batch whose model pass is in flight on the device (:meth:`Scorer.submit`): the
+    writer's ``result()`` waits for it alone; ``cancel()`` lets it go unread."""
+
+    def __init__(self, run: Run, batch: pa.RecordBatch, clock: StageClock,
+                 stop: threading.Event):  # fmt: skip
+        self.run, self.batch, self.clock = run, batch, clock
+        try:
+            with clock.timing("score"):
+                self.pending = run.scorer.submit(batch, clock=clock, stop=stop)
+        except Stopped:
+            raise _Stopped from None
+
+    def result(self) -> tuple[pa.Table, Counts | None]:
+        with self.clock.timing("score"):
+            table = self.pending.result()
+            return table, self.run.count(self.batch, table)
+
+    def cancel(self) -> None:
+        self.pending.cancel()
+
+
+def _cancel_queued(pipe: _Pipe) -> None:
+    """Let every batch still queued for a writer that stopped go unread (a device slot
+    each, which a later batch of the process may need)."""
+    while True:
+        try:
+            item = pipe.q.get_nowait()
+        except queue.Empty:
+            return
+        if item is not None and isinstance(item[1], _Submitted):
+            item[1].cancel()
+
+
 class _Pipeline:
     """The stages of one run, a reader, a dispatcher and a writer per lane around one
     scoring pool; the first stage to fail stops the others and its error is raised by
@@ -191,6 +226,8 @@ class _Pipeline:
         self.errors: list[BaseException] = []
         self.calls = parallel_calls(run.scorer)
         self.lanes = [_Lane(self.failed, calls=self.calls) for _ in range(max(1, lanes))]
+        if getattr(run.scorer, "in_flight", False):
+            run.scorer.allow_in_flight(2 * len(self.lanes))
         self.entries: list[Entry] = []
         self.on_entry = on_entry
 
@@ -213,6 +250,8 @@ class _Pipeline:
                     event.wait()
                 raise
             pool.shutdown(cancel_futures=True)
+        for lane in self.lanes:  # what a stopped writer left
+            _cancel_queued(lane.write_q)
         if self.errors:
             raise self.errors[0]
         return self.entries
@@ -247,11 +286,19 @@ class _Pipeline:
         lane.read_q.put(None)
 
     def _dispatch(self, lane: _Lane, *, pool: ThreadPoolExecutor) -> None:
+        in_flight = getattr(self.job.scorer, "in_flight", False)
         for fragment, batch in lane.read_q.drain():
-            scored: Future[tuple[pa.Table, Counts | None]] | object = batch
-            if batch is not _END:
+            scored: Future[tuple[pa.Table, Counts | None]] | _Submitted | object = batch
+            if batch is not _END and in_flight:  # the device's steps queued, not awaited
+                scored = _Submitted(self.job, batch, self.clock, self.failed)
+            elif batch is not _END:
                 scored = pool.submit(self._score, batch)
-            lane.write_q.put((fragment, scored))
+            try:
+                lane.write_q.put((fragment, scored))
+            except _Stopped:
+                if isinstance(scored, _Submitted):
+                    scored.cancel()
+                raise
         lane.write_q.put(None)
 
     def _score(self, batch: pa.RecordBatch) -> tuple[pa.Table, Counts | None]:
@@ -277,6 +324,7 @@ class _Pipeline:
                         current.write(table, counts)
                     self.progress.advance(table.num_rows)
         except BaseException:
+            _cancel_queued(lane.write_q)  # frees device slots a dispatcher may wait for
             if current is not None:
                 current.abandon()
             raise

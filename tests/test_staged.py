@@ -1,0 +1,289 @@
+"""Batches in flight (scoring/_backends/staged.py) on a fake device: threads and random
+delays stand in for a GPU's copy and compute streams, so ordering, back-pressure,
+buffer reuse, a failing batch and cancellation are proven without CUDA; then a whole
+local run with its model pass submitted to that device."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import scoring
+from scoring._backends.staged import Compute, Slot, Stager, Stopped
+from scoring._backends.tensor import TensorBackend
+from scoring._parity import probe_rows
+from scoring._scorer import Scorer
+
+from .conftest import built
+
+#: Long enough to wait for something that must happen; never reached when it does.
+_PATIENCE_S = 60
+
+
+class FakeDevice:
+    """A copy thread and a compute thread taking steps in order, each after a random
+    delay of up to a millisecond.  The copy step checks that the slot's host rows are
+    still those submitted (a slot refilled too early fails its batch)."""
+
+    def __init__(
+        self, *, seed: int = 0, fail_on: float | None = None, gate: threading.Event | None = None
+    ):
+        self.rng = random.Random(seed)
+        self.fail_on = fail_on  # a batch whose first value is this fails in compute
+        self.gate = gate  # compute waits for it (a device that is busy)
+        self.copies: queue.Queue[Any] = queue.Queue()
+        self.computes: queue.Queue[Any] = queue.Queue()
+        self.slots_made = 0
+        self.reused_early: list[int] = []
+        for work in (self._copy, self._compute):
+            threading.Thread(target=work, daemon=True).start()
+
+    def slot(self, number: int, rows: int, features: int, dtype: torch.dtype) -> Slot:
+        self.slots_made += 1
+        return Slot(number, torch.empty((rows, features), dtype=dtype),
+                    torch.empty((rows, features), dtype=dtype))  # fmt: skip
+
+    def start(self, slot: Slot, rows: int, compute: Compute) -> Any:
+        marker: dict[str, Any] = {"done": threading.Event(), "error": None}
+        digest = zlib.crc32(slot.host_in[:rows].numpy().tobytes())
+        self.copies.put((slot, rows, compute, digest, marker))
+        return marker
+
+    def wait(self, marker: Any) -> None:
+        assert marker["done"].wait(_PATIENCE_S)
+        if marker["error"] is not None:
+            raise marker["error"]
+
+    def _pause(self) -> None:
+        threading.Event().wait(self.rng.random() / 1000)
+
+    def _copy(self) -> None:
+        while True:
+            slot, rows, compute, digest, marker = self.copies.get()
+            self._pause()
+            if zlib.crc32(slot.host_in[:rows].numpy().tobytes()) != digest:
+                self.reused_early.append(slot.number)
+            slot.device_in[:rows].copy_(slot.host_in[:rows])
+            self.computes.put((slot, rows, compute, marker))
+
+    def _compute(self) -> None:
+        while True:
+            slot, rows, compute, marker = self.computes.get()
+            if self.gate is not None:
+                self.gate.wait()
+            self._pause()
+            try:
+                x = slot.device_in[:rows]
+                if self.fail_on is not None and rows and float(x[0, 0]) == self.fail_on:
+                    raise RuntimeError("the kernel failed on this batch")
+                outputs = compute(x)
+                if [tuple(h.shape[1:]) for h in slot.host_out] != [
+                    tuple(o.shape[1:]) for o in outputs
+                ]:
+                    cap = slot.host_in.shape[0]
+                    slot.host_out = [
+                        torch.empty((cap, *o.shape[1:]), dtype=o.dtype) for o in outputs
+                    ]
+                for out, host in zip(outputs, slot.host_out, strict=True):
+                    self._pause()
+                    host[:rows].copy_(out)
+            except Exception as exc:
+                marker["error"] = exc
+            marker["done"].set()
+
+
+def _compute(x: torch.Tensor) -> Sequence[torch.Tensor]:
+    return [x.sum(1, keepdim=True), x[:, :1] * 2]
+
+
+def _batch(i: int, rows: int = 64) -> np.ndarray:
+    return np.full((rows, 3), float(i), np.float32) + np.arange(rows, dtype=np.float32)[:, None]
+
+
+def test_every_batch_gets_its_own_results_with_slots_reused() -> None:
+    device = FakeDevice(seed=1)
+    # Two slots per lane, as the engine sizes it: one batch a lane holds unread while it
+    # submits the next (a lane holding more than the slots allow would wait on itself).
+    stager = Stager(device, slots=8, rows=64, features=3, dtype=torch.float32)
+
+    def lane(first: int) -> list[tuple[int, Any]]:
+        pending = []
+        for i in range(first, first + 60):
+            pending.append((i, stager.submit(_batch(i, rows=1 + i % 64), _compute)))
+            if len(pending) > 1:  # a writer one batch behind its reader
+                j, p = pending.pop(0)
+                check(j, p.result())
+        return [(j, p.result()) for j, p in pending]
+
+    def check(i: int, result: list[np.ndarray]) -> None:
+        x = _batch(i, rows=1 + i % 64)
+        np.testing.assert_array_equal(result[0], x.sum(1, keepdims=True))
+        np.testing.assert_array_equal(result[1], x[:, :1] * 2)
+
+    with ThreadPoolExecutor(4) as pool:
+        for done in pool.map(lane, range(0, 240, 60)):
+            for i, result in done:
+                check(i, result)
+    assert device.slots_made <= 8  # eight slots at most served 240 batches
+    assert device.reused_early == []
+    assert stager.in_flight == 0
+
+
+def test_submit_waits_for_a_slot_when_all_are_in_flight() -> None:
+    gate = threading.Event()
+    stager = Stager(FakeDevice(gate=gate), slots=2, rows=8, features=3, dtype=torch.float32)
+    first = [stager.submit(_batch(i, 8), _compute) for i in range(2)]
+    started = threading.Event()
+
+    def third() -> Any:
+        pending = stager.submit(_batch(2, 8), _compute)
+        started.set()
+        return pending
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(third)
+        assert not started.wait(0.2)  # both slots in flight: it waits (it cannot pass)
+        gate.set()
+        first[0].result()  # a slot comes back ...
+        assert started.wait(_PATIENCE_S)  # ... and the third batch starts in it
+        np.testing.assert_array_equal(waiting.result().result()[1], _batch(2, 8)[:, :1] * 2)
+    first[1].result()
+    assert stager.in_flight == 0
+
+
+def test_a_failing_batch_fails_alone_and_gives_its_slot_back() -> None:
+    stager = Stager(FakeDevice(fail_on=5.0), slots=2, rows=8, features=3, dtype=torch.float32)
+    results: dict[int, Any] = {}
+    for i in range(10):
+        pending = stager.submit(_batch(i, 8), _compute)
+        try:
+            results[i] = pending.result()
+        except RuntimeError as exc:
+            results[i] = exc
+    assert isinstance(results[5], RuntimeError) and "kernel failed" in str(results[5])
+    assert all(isinstance(results[i], list) for i in range(10) if i != 5)
+    assert stager.in_flight == 0
+
+
+def test_a_stopped_run_starts_no_batch_and_cancelled_ones_free_their_slots() -> None:
+    gate = threading.Event()
+    stager = Stager(FakeDevice(gate=gate), slots=2, rows=8, features=3, dtype=torch.float32)
+    held = [stager.submit(_batch(i, 8), _compute) for i in range(2)]
+    stop = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(stager.submit, _batch(2, 8), _compute, stop=stop)
+        stop.set()  # the run fails elsewhere: the waiting submit gives up
+        with pytest.raises(Stopped):
+            waiting.result(timeout=_PATIENCE_S)
+    gate.set()
+    for pending in held:
+        pending.cancel()
+    assert stager.in_flight == 0
+    again = stager.submit(_batch(3, 8), _compute)  # the slots serve later batches
+    np.testing.assert_array_equal(again.result()[1], _batch(3, 8)[:, :1] * 2)
+    stager.close()
+    with pytest.raises(Stopped):
+        stager.submit(_batch(4, 8), _compute)
+
+
+def test_a_result_is_read_once() -> None:
+    stager = Stager(FakeDevice(), slots=2, rows=8, features=3, dtype=torch.float32)
+    pending = stager.submit(_batch(0, 8), _compute)
+    pending.result()
+    with pytest.raises(scoring.errors.EngineError, match="twice"):
+        pending.result()
+
+
+# -- a whole run with its batches in flight ------------------------------------------------
+
+
+class _InFlightBackend(TensorBackend):
+    """The CPU tensor backend with its batches submitted to a fake device, as a CUDA
+    backend submits them to its streams."""
+
+    device_for_test: FakeDevice
+
+    def _stager_for(self, mat: Any) -> Stager | None:
+        if self._stager is None:
+            host = torch.as_tensor(mat)
+            self._stager = Stager(self.device_for_test, slots=max(2, self.in_flight),
+                                  rows=self.batch_rows, features=host.shape[1],
+                                  dtype=host.dtype)  # fmt: skip
+        return self._stager
+
+
+@pytest.fixture
+def in_flight(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(Scorer, "in_flight", property(lambda self: True))
+
+    def compiled(device: FakeDevice) -> scoring.CompiledModel:
+        model = built("xgb_multi")[0]
+        cm = scoring.compile(model, backend="tensor", device="cpu", strategy="tree_traversal")
+        backend = cm.implementation
+        backend.__class__ = _InFlightBackend
+        backend.device_for_test = device
+        backend._stager = None
+        backend.batch_rows = 100  # many batches per file
+        return cm
+
+    return compiled
+
+
+def _files(folder: Path, forest: Any, *, files: int = 3, rows: int = 450) -> Path:
+    folder.mkdir()
+    for f in range(files):
+        x = probe_rows(forest, n_rows=rows, seed=f, special=False)
+        table = pa.table(
+            {"id": np.arange(rows) + f * rows, **{f"f{j}": x[:, j] for j in range(x.shape[1])}}
+        )
+        pq.write_table(table, folder / f"part-{f}.parquet")
+    return folder
+
+
+def test_a_run_with_batches_in_flight_writes_what_scoring_now_writes(
+    tmp_path: Path, in_flight: Any
+) -> None:
+    forest = built("xgb_multi")[1]
+    data = _files(tmp_path / "in", forest)
+    device = FakeDevice(seed=3)
+    cm = in_flight(device)
+    report = scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
+    reference = scoring.compile(built("xgb_multi")[0], backend="tensor", device="cpu",
+                                strategy="tree_traversal")  # fmt: skip
+    expected = scoring.score_parquet(data, tmp_path / "ref", reference, keep=["id"], progress=False)
+    got = pq.read_table(tmp_path / "out").sort_by("id")
+    want = pq.read_table(tmp_path / "ref").sort_by("id")
+    assert report.rows == expected.rows == 1350
+    assert got.equals(want)
+    assert device.slots_made >= 2 and device.reused_early == []
+    assert cm.implementation._stager.in_flight == 0
+
+
+def test_a_failing_batch_fails_the_run_and_a_rerun_finds_every_slot(
+    tmp_path: Path, in_flight: Any
+) -> None:
+    forest = built("xgb_multi")[1]
+    data = _files(tmp_path / "in", forest)
+    device = FakeDevice(seed=4)
+    cm = in_flight(device)
+    first_value = float(pq.read_table(data / "part-1.parquet").column("f0")[100].as_py())
+    device.fail_on = first_value  # the second batch of the second file
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
+    assert cm.implementation._stager.in_flight == 0  # nothing left holding a slot
+    device.fail_on = None
+    report = scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
+    assert report.rows + report.rows_skipped == 1350  # the file written before resumes
+    assert sorted(pq.read_table(tmp_path / "out").column("id").to_pylist()) == list(range(1350))
