@@ -215,13 +215,17 @@ class _InFlightBackend(TensorBackend):
 
     device_for_test: FakeDevice
 
+    def _takes_in_flight(self, host: torch.Tensor) -> bool:
+        return host.ndim == 2
+
     def _stager_for(self, mat: Any) -> Stager | None:
-        if self._stager is None:
-            host = torch.as_tensor(mat)
-            self._stager = Stager(self.device_for_test, slots=max(2, self.in_flight),
-                                  rows=self.batch_rows, features=host.shape[1],
-                                  dtype=host.dtype)  # fmt: skip
-        return self._stager
+        host = torch.as_tensor(mat)
+        if host.dtype not in self._stagers:
+            self._stagers[host.dtype] = Stager(self.device_for_test,
+                                               slots=max(2, self.in_flight),
+                                               rows=self.batch_rows, features=host.shape[1],
+                                               dtype=host.dtype)  # fmt: skip
+        return self._stagers[host.dtype]
 
 
 @pytest.fixture
@@ -234,7 +238,7 @@ def in_flight(monkeypatch: pytest.MonkeyPatch) -> Any:
         backend = cm.implementation
         backend.__class__ = _InFlightBackend
         backend.device_for_test = device
-        backend._stager = None
+        backend._stagers = {}
         backend.batch_rows = 100  # many batches per file
         return cm
 
@@ -268,7 +272,7 @@ def test_a_run_with_batches_in_flight_writes_what_scoring_now_writes(
     assert report.rows == expected.rows == 1350
     assert got.equals(want)
     assert device.slots_made >= 2 and device.reused_early == []
-    assert cm.implementation._stager.in_flight == 0
+    assert [s.in_flight for s in cm.implementation._stagers.values()] == [0]
 
 
 def test_a_failing_batch_fails_the_run_and_a_rerun_finds_every_slot(
@@ -282,8 +286,24 @@ def test_a_failing_batch_fails_the_run_and_a_rerun_finds_every_slot(
     device.fail_on = first_value  # the second batch of the second file
     with pytest.raises(RuntimeError, match="kernel failed"):
         scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
-    assert cm.implementation._stager.in_flight == 0  # nothing left holding a slot
+    assert [s.in_flight for s in cm.implementation._stagers.values()] == [0]  # none held
     device.fail_on = None
     report = scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
     assert report.rows + report.rows_skipped == 1350  # the file written before resumes
     assert sorted(pq.read_table(tmp_path / "out").column("id").to_pylist()) == list(range(1350))
+
+
+def test_float64_batches_of_float32_values_go_in_flight_as_float32() -> None:
+    """Half the copy, and the shared walk reads them at float32 anyway; a value that is
+    not a float32 keeps its batch at float64."""
+    model, forest, _ = built("lgb_clf")
+    backend = scoring.compile(
+        model, backend="tensor", device="cpu", strategy="fused"
+    ).implementation
+    rows = probe_rows(forest, n_rows=50, seed=2, special=False)
+    as_read = rows.astype(np.float32).astype(np.float64)  # a float32 column read as double
+    narrowed = backend._narrowed(as_read)
+    assert narrowed.dtype == np.float32
+    np.testing.assert_array_equal(backend.predict_raw(narrowed), backend.predict_raw(as_read))
+    as_read[3, 0] = 0.1  # not a float32 value
+    assert backend._narrowed(as_read).dtype == np.float64

@@ -88,7 +88,7 @@ class TensorBackend:
         #: Batches a CUDA device holds at once (:meth:`submit`); the engine sets it from
         #: its file lanes (two each) before the first batch: :meth:`allow_in_flight`.
         self.in_flight = 2
-        self._stager: Stager | None = None
+        self._stagers: dict[torch.dtype, Stager] = {}
         self._stager_lock = threading.Lock()
         #: torch threads of a :meth:`score` call (None: torch's own count).
         self.threads_per_call: int | None = None
@@ -192,8 +192,11 @@ class TensorBackend:
         """One batch in flight: on CUDA its steps queued on the device (:mod:`.staged`),
         the result pending; elsewhere scored now.  A batch that does not fit a slot, or
         runs out of device memory when queued, is scored now by :meth:`score`."""
+        if not self._takes_in_flight(torch.as_tensor(mat)):
+            return Ready(self.score(features, mat, raw=raw))
+        mat = self._narrowed(mat)
         stager = self._stager_for(mat)
-        if stager is None:
+        if stager is None:  # larger than a slot
             return Ready(self.score(features, mat, raw=raw))
 
         def compute(x: torch.Tensor) -> list[torch.Tensor]:
@@ -208,31 +211,49 @@ class TensorBackend:
             return Ready(self.score(features, mat, raw=raw))
         return _Outputs(self.forest, pending)
 
+    def _takes_in_flight(self, host: torch.Tensor) -> bool:
+        """Host rows for a CUDA device go through slots; anything else is scored now."""
+        return self.device.type == "cuda" and host.device.type == "cpu" and host.ndim == 2
+
+    def _narrowed(self, mat: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """Float64 rows as float32 where every value is a float32 value and the kernel is
+        the shared walk, which reads such rows at float32 anyway (against float32
+        thresholds, no branch changes): half the copy, and no check on the device."""
+        if getattr(self.module, "generic", None) is None or mat.dtype not in (
+            np.float64,
+            torch.float64,
+        ):
+            return mat
+        host = np.asarray(mat)
+        narrow = host.astype(np.float32)
+        same = (narrow == host) | np.isnan(host)
+        return narrow if bool(same.all()) else mat
+
     def allow_in_flight(self, batches: int) -> None:
         """Let the device hold ``batches`` at once; on CUDA each batch then gets its share
         of the free memory a single batch would have had (its rows, its slot)."""
         with self._stager_lock:
-            if self._stager is not None and self._stager.in_flight:
+            if any(stager.in_flight for stager in self._stagers.values()):
                 return  # a run in progress keeps its slots
             self.in_flight = max(2, batches)
-            self._stager = None
+            self._stagers = {}
             if self.device.type == "cuda":
                 self.batch_rows = cuda_batch_rows(self.forest, self.device,
                                                   fraction=0.5 / self.in_flight)  # fmt: skip
 
     def _stager_for(self, mat: np.ndarray | torch.Tensor) -> Stager | None:
+        """The slots for batches of ``mat``'s dtype (made on first use), or None for a
+        batch larger than a slot."""
         host = torch.as_tensor(mat)
-        if self.device.type != "cuda" or host.device.type != "cpu" or host.ndim != 2:
+        if host.shape[0] > self.batch_rows:
             return None
         with self._stager_lock:  # lanes submit side by side
-            stager = self._stager
-            if stager is None or stager.dtype != host.dtype or stager.rows < host.shape[0]:
-                if host.shape[0] > self.batch_rows:
-                    return None
+            stager = self._stagers.get(host.dtype)
+            if stager is None or stager.rows < host.shape[0]:
                 stager = Stager(CudaDevice(self.device), slots=max(2, self.in_flight),
                                 rows=self.batch_rows, features=host.shape[1],
                                 dtype=host.dtype)  # fmt: skip
-                self._stager = stager
+                self._stagers[host.dtype] = stager
             return stager
 
     def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:

@@ -122,6 +122,7 @@ class TritonWalk:
         self._linked = _linked_tables(forest, np_acc)
         self._native_id = _native_ids(forest, self._linked)
         self._tables: dict[int, dict[str, torch.Tensor]] = {}
+        self._zeros: dict[torch.dtype, torch.Tensor] = {}
         #: Seconds each schedule tried took (empty when one was given or none measured).
         self.timings: dict[TritonSchedule, float] = {}
         if schedule is None:
@@ -192,9 +193,17 @@ class TritonWalk:
                     VECTOR=self._linked["value"].ndim == 2, LEAVES=leaves)  # fmt: skip
 
     def _zero(self, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor([ZERO_THRESHOLD[dtype]], dtype=dtype, device=self.device)
+        """The zero threshold at the input's precision, on the device (made once: a copy
+        from the host per launch would wait for the stream's earlier work)."""
+        if dtype not in self._zeros:
+            self._zeros[dtype] = torch.tensor([ZERO_THRESHOLD[dtype]], dtype=dtype,
+                                              device=self.device)  # fmt: skip
+        return self._zeros[dtype]
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows on the device, float64 ones narrowed to float32 where no value changes.
+        That check reads a flag back from the device; batches in flight are narrowed on
+        the host before they are copied (``TensorBackend.submit``), so it is not made."""
         rows = x.detach().to(self.device)
         if rows.dtype != torch.float32:
             rows = rows.to(torch.float64)
