@@ -35,7 +35,7 @@ def child(model_path: str) -> None:
     cm = scoring.compile(model_path, backend="tensor", device="cpu", strategy="fused")
     cm.predict_raw(np.zeros((1, cm.forest.n_features), dtype=np.float32))
     done = time.perf_counter()
-    store = cm.implementation.module.blocks.store
+    store = cm.implementation.module.kernel.blocks.store
     codes = store.wait() if store else []  # the package for the next process
     built = time.perf_counter()
     report = {"import": imported - start, "compile": done - imported, "package": built - done}

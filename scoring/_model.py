@@ -261,9 +261,10 @@ def compile_imported(
 
 
 def _schedule_of(impl: Backend) -> dict[str, float]:
-    """``fused``: the layout and schedule measured for this model, as numbers."""
-    walk = getattr(getattr(impl, "module", None), "generic", None)
-    return {} if walk is None else walk.schedule.selection()
+    """What the tensor backend's kernel measured for this model (``fused``: its layout
+    and schedule), as numbers."""
+    kernel = getattr(getattr(impl, "module", None), "kernel", None)
+    return {} if kernel is None else kernel.selection()
 
 
 def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:

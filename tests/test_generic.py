@@ -119,7 +119,7 @@ def test_threads_and_row_chunks_change_no_bit() -> None:
 def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
     model, forest, native = built("lgb_clf")
     cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
-    walk = cm.implementation.module.generic
+    walk = cm.implementation.module.kernel.walk
     assert walk.timings and walk.schedule == min(walk.timings, key=walk.timings.__getitem__)
     s = walk.schedule
     assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,

@@ -56,7 +56,7 @@ def test_a_second_process_loads_the_package_without_compiling(
 
     cm = scoring.compile(str(model_file), backend="tensor", device="cpu", strategy="compiled")
     first = cm.predict_raw(rows)
-    blocks = cm.implementation.module.blocks
+    blocks = cm.implementation.module.kernel.blocks
     assert blocks.store is not None and blocks.store.wait() == [0]  # the builder succeeded
     assert [p.suffix for p in store.iterdir()] == [".pt2"]  # no marker, log or partial left
 
@@ -68,8 +68,8 @@ def test_a_second_process_loads_the_package_without_compiling(
 
 def _walk_digest(forest: object, store: PackageStore, rows: torch.Tensor) -> str:
     module, _ = compile_forest(forest, device=torch.device("cpu"), strategy="compiled")  # type: ignore[arg-type]
-    assert module.blocks is not None
-    return store.digest(module.blocks.walk, rows)
+    blocks = module.kernel.blocks  # type: ignore[union-attr]
+    return store.digest(blocks.walk, rows)
 
 
 def test_the_digest_follows_the_tables_not_the_name(tmp_path: Path) -> None:

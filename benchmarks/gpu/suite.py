@@ -319,7 +319,7 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
         leaves = f"{int(leaf_rows.sum()):,}"
     except (ScoringError, AttributeError, ValueError, TypeError):
         leaves = "-"
-    kernel = cm.implementation.module.generic
+    kernel = getattr(cm.implementation.module.kernel, "walk", None)
     schedule, regs = "CPU kernel (dry run)", "-"
     if isinstance(kernel, TritonWalk):
         schedule = kernel.schedule.described().removeprefix("Triton: ")
@@ -623,7 +623,7 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
     cm = scoring.compile(path, backend="tensor", device=device, strategy="compiled")
     first = cm.predict_raw(rows)
     compiled = time.perf_counter() - began
-    store = cm.implementation.module.blocks.store
+    store = cm.implementation.module.kernel.blocks.store
     codes = store.wait() if store else []
     built = time.perf_counter() - began - compiled
     if codes != [0]:

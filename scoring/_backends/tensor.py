@@ -19,6 +19,7 @@ import torch
 
 from .._compiler import compile_forest, transform
 from .._compiler.contributions import Contributions
+from .._compiler.kernel import CompiledKernel, Kernel, WalkKernel
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
@@ -103,7 +104,7 @@ class TensorBackend:
         Not ``compiled``: its compiled blocks hold the interpreter lock, so calls side by
         side would take turns on one thread each (``fused`` on CPU lets go of it).  A
         GPU takes one call at a time."""
-        if self.device.type != "cpu" or getattr(self.module, "blocks", None) is not None:
+        if self.device.type != "cpu" or isinstance(_kernel(self.module), CompiledKernel):
             return None
         self.threads_per_call = 1
         # What the calls restore: read here, before any runs, since a call starting
@@ -219,7 +220,7 @@ class TensorBackend:
         """Float64 rows as float32 where every value is a float32 value and the kernel is
         the shared walk, which reads such rows at float32 anyway (against float32
         thresholds, no branch changes): half the copy, and no check on the device."""
-        if getattr(self.module, "generic", None) is None or mat.dtype not in (
+        if not isinstance(_kernel(self.module), WalkKernel) or mat.dtype not in (
             np.float64,
             torch.float64,
         ):
@@ -271,6 +272,11 @@ class TensorBackend:
         staged = pinned[:n]
         staged.copy_(host)
         return staged.to(self.device, non_blocking=True)
+
+
+def _kernel(module: torch.nn.Module) -> Kernel | None:
+    """A compiled forest's kernel (a chain has one per stage: None)."""
+    return getattr(module, "kernel", None)
 
 
 class _Outputs:

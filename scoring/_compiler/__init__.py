@@ -39,6 +39,7 @@ from ..errors import CompileError, ResourceLimitError
 from .chain import ChainForest
 from .fused import FusedBlocks
 from .generic import GenericWalk
+from .kernel import CompiledKernel, EagerKernel, Kernel, WalkKernel
 from .kernels import (
     ZERO_THRESHOLD,
     Gemm,
@@ -63,6 +64,7 @@ from .triton_walk import TritonWalk
 
 __all__ = [
     "STRATEGIES",
+    "Kernel",
     "TensorForest",
     "compile_forest",
     "choose_strategy",
@@ -73,13 +75,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class _Built:
-    """What a strategy builds: the walk, its leaf tables, the per-row cost (elements of
-    the widest intermediate) and whether it runs trees-outermost in compiled blocks."""
+    """What a strategy builds: the eager walk, its leaf tables and the per-row cost
+    (elements of the widest intermediate)."""
 
     paths: nn.Module
     leaves: LeafTables
     row_cost: int
-    fused: bool = False
 
 
 #: A strategy builds a :class:`_Built` for a forest from its node test; a new strategy
@@ -142,14 +143,12 @@ def fused_pays(forest: Forest) -> bool:
 
 
 class TensorForest(nn.Module):
-    """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included).
+    """Rows ``[B, F]`` -> margins ``[B, K]`` (base score and averaging included): one
+    :class:`~.kernel.Kernel` for the sums and leaf ids, then the output's arithmetic.
 
-    After :meth:`compile_blocks` (strategy ``compiled``) the walk runs trees-outermost
-    and every row block goes through one compiled kernel (:mod:`.fused`); after
-    :meth:`use_generic` (``fused``, ``triton``) the sums come from the kernel shared by
-    every forest: walk.cpp on CPU (:mod:`.generic`), Triton on CUDA or under its
-    interpreter (:mod:`.triton_walk`), which gives the leaf ids too.  Otherwise leaf
-    ids come from the eager walk.
+    ``kernel_for`` builds the kernel from the module on its device (default: the eager
+    walk over ``paths`` and ``leaves``, which every strategy keeps for what its kernel
+    does not give).
     """
 
     base_score: torch.Tensor
@@ -162,12 +161,12 @@ class TensorForest(nn.Module):
         *,
         device: torch.device,
         row_cost: int,
+        name: str = "eager",
+        kernel_for: Callable[[TensorForest], Kernel] | None = None,
     ):
         super().__init__()
         self.paths = paths
         self.leaves = leaves
-        self.blocks: FusedBlocks | None = None
-        self.generic: GenericWalk | TritonWalk | None = None
         self.acc_dtype = torch.float32 if forest.accumulate_dtype == "float32" else torch.float64
         self.register_buffer(
             "base_score", torch.tensor(forest.base_score, dtype=self.acc_dtype), persistent=False
@@ -177,31 +176,18 @@ class TensorForest(nn.Module):
         # CatBoost adds its trees from zero, then scales and adds the bias.
         self.base_last, self.scale = forest.base_last, forest.scale
         self.zero_snap = forest.zero_snap
+        self.to(device)
         # Rows per chunk so that the widest intermediate stays within a fixed budget.
-        self.chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
+        chunk_rows = max(1, _CHUNK_ELEMENTS[device.type] // max(row_cost, 1))
+        self.eager = EagerKernel(name, paths, leaves, start=self._start, chunk_rows=chunk_rows)
+        self.kernel: Kernel = kernel_for(self) if kernel_for else self.eager
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.generic is not None:
-            return self._finish(self.generic.sums(self._snapped(x), self._start(x)))
-        if self.blocks is not None:
-            return self.blocks(x)
-        parts = [self._margins(chunk) for chunk in torch.split(x, self.chunk_rows)]
-        return torch.cat(parts) if parts else self._margins(x)
+        return self._finish(self.kernel.sums(self._snapped(x)))
 
-    def compile_blocks(self) -> None:
-        """Route :meth:`forward` through compiled row blocks (once on its device)."""
-        device = self.base_score.device
-        self.blocks = FusedBlocks(_PreparedWalk(self), prepare=self._prepared, device=device)
-
-    def use_generic(self, forest: Forest, *, triton: bool = False) -> GenericWalk | TritonWalk:
-        """Route :meth:`forward` through the kernel every forest shares (the Triton one
-        where ``triton``, else walk.cpp); its schedule is chosen here, by measurement."""
-        device = self.base_score.device
-        if triton:
-            self.generic = TritonWalk(forest, acc=self.acc_dtype, device=device)
-        else:
-            self.generic = GenericWalk(forest, acc=self.acc_dtype)
-        return self.generic
+    def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """The native predictor's leaf id per row and tree, ``[B, T]``."""
+        return self.kernel.leaf_ids(self._snapped(x))
 
     def _snapped(self, x: torch.Tensor) -> torch.Tensor:
         if not self.zero_snap:
@@ -209,17 +195,9 @@ class TensorForest(nn.Module):
         zero = ZERO_THRESHOLD[x.dtype]
         return torch.where(x.abs() <= zero, torch.zeros_like(x), x)
 
-    def _leaf_positions(self, x: torch.Tensor) -> torch.Tensor:
-        return self.paths(self._snapped(x))
-
-    def _prepared(self, x: torch.Tensor) -> torch.Tensor:
-        """Snapped rows, run eagerly once per block: compiled, the snap is repeated at
-        every node gather.  Row-major, since a block of rows' features then share cache
-        lines (feature-major measured slower)."""
-        return self._snapped(x).contiguous()
-
     def _sums(self, x: torch.Tensor) -> torch.Tensor:
-        return self.leaves(self._leaf_positions(x), self._start(x))
+        """The eager walk's sums (the reference the other kernels are held to)."""
+        return self.eager.sums(self._snapped(x))
 
     def _prepared_sums(self, x: torch.Tensor) -> torch.Tensor:
         # Trees outermost: a block's walk is elementwise over [T, B] (see .fused).
@@ -232,36 +210,45 @@ class TensorForest(nn.Module):
         start = self.base_score.expand(x.shape[0], -1)
         return torch.zeros_like(start) if self.base_last else start
 
-    def _margins(self, x: torch.Tensor) -> torch.Tensor:
-        return self._finish(self._sums(x))
-
-    def _prepared_margins(self, x: torch.Tensor) -> torch.Tensor:
-        return self._finish(self._prepared_sums(x))
-
     def _finish(self, total: torch.Tensor) -> torch.Tensor:
         total = total / self.divisor if self.divisor != 1 else total
         if not self.base_last:
             return total
         return (total * self.scale if self.scale != 1.0 else total) + self.base_score
 
-    def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
-        """The native predictor's leaf id per row and tree, ``[B, T]``."""
-        if isinstance(self.generic, TritonWalk):
-            return self.generic.leaf_ids(self._snapped(x))
-        chunks = torch.split(x, self.chunk_rows)
-        parts = [self.leaves.native_ids(self._leaf_positions(c)) for c in chunks]
-        return torch.cat(parts) if parts else self.leaves.native_ids(self._leaf_positions(x))
-
 
 class _PreparedWalk(nn.Module):
-    """Prepared rows -> margins: the unit ``fused`` compiles (and packages)."""
+    """Snapped rows -> sums, trees outermost: the unit ``compiled`` compiles (and
+    packages); the output's arithmetic stays outside, as for every kernel."""
 
     def __init__(self, forest: TensorForest):
         super().__init__()
         self.forest = forest
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forest._prepared_margins(x)
+        return self.forest._prepared_sums(x)
+
+
+def _contiguous(x: torch.Tensor) -> torch.Tensor:
+    """Row-major rows for a compiled block: a block of rows' features then share cache
+    lines (feature-major measured slower)."""
+    return x.contiguous()
+
+
+def _kernel_for(forest: Forest, name: str, device: torch.device
+                ) -> Callable[[TensorForest], Kernel] | None:  # fmt: skip
+    """How strategy ``name`` computes the sums on ``device`` (None: the eager walk)."""
+    if name == "triton" or (name == "fused" and device.type == "cuda"):
+        return lambda m: WalkKernel(name, TritonWalk(forest, acc=m.acc_dtype, device=device),
+                                    start=m._start, eager=m.eager)  # fmt: skip
+    if name == "fused":
+        return lambda m: WalkKernel(name, GenericWalk(forest, acc=m.acc_dtype), start=m._start,
+                                    eager=m.eager)  # fmt: skip
+    if name == "compiled":
+        return lambda m: CompiledKernel(
+            FusedBlocks(_PreparedWalk(m), prepare=_contiguous, device=device), eager=m.eager
+        )
+    return None
 
 
 def compile_forest(
@@ -294,18 +281,15 @@ def compile_forest(
     _check_fits(forest, choice.name, max_layout_bytes)
     built = _BUILDERS[choice.name](forest, test, max_layout_bytes)
     leaf_sum = LeafSum(built.leaves, n_outputs=forest.n_outputs, dtype=acc)
-    module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost)
-    module = module.to(device).eval()
-    if choice.name == "triton" or (choice.name == "fused" and device.type == "cuda"):
-        schedule = module.use_generic(forest, triton=True).schedule
+    module = TensorForest(forest, built.paths, leaf_sum, device=device, row_cost=built.row_cost,
+                          name=choice.name,
+                          kernel_for=_kernel_for(forest, choice.name, device)).eval()  # fmt: skip
+    kernel = module.kernel
+    if isinstance(kernel, WalkKernel):
+        described = kernel.walk.schedule.described()
         choice = StrategyChoice(choice.name, f"{choice.reason}; one kernel for every forest, "
-                                f"{schedule.described()}")  # fmt: skip
-    elif choice.name == "fused":
-        schedule = module.use_generic(forest).schedule
-        choice = StrategyChoice(choice.name, f"{choice.reason}; one kernel for every forest, "
-                                f"{schedule.described()}")  # fmt: skip
-    elif built.fused:
-        module.compile_blocks()
+                                f"{described}")  # fmt: skip
+    elif isinstance(kernel, CompiledKernel):
         walk = getattr(built.paths, "name", "tree")
         choice = StrategyChoice(choice.name, f"{choice.reason}; {walk} compiled in row blocks")
     return module, choice
@@ -374,7 +358,7 @@ def _fused(forest: Forest, test: Callable[[NodeParams], NodeTest], max_bytes: in
     """The perfect walk where it fits (no child gathers), else the plain one: compiled,
     or (``fused`` on CPU) the eager walk for leaf ids beside the shared kernel."""
     built = (_perfect if _perfect_fits(forest, max_bytes) else _traversal)(forest, test, max_bytes)
-    return replace(built, row_cost=forest.n_features, fused=True)  # no [B, T] scratch
+    return replace(built, row_cost=forest.n_features)  # no [B, T] scratch
 
 
 def _traversal_cost(forest: Forest) -> int:
