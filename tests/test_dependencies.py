@@ -22,6 +22,9 @@ ROOT = Path(__file__).parents[1]
 #: Files another program executes, never imported by the package: the extra that runs
 #: them is installed where they run (MLflow loads an exported model's code file).
 ENTRY_FILES = {"scoring/mlflow/_pyfunc.py": "mlflow"}
+#: Files whose extra is imported at their top level (Triton's kernels are defined there),
+#: which the package imports only inside the functions that need them.
+LAZY_FILES = {"scoring/_compiler/triton_kernel.py": "triton"}
 
 
 def _name(requirement: str) -> str:
@@ -51,7 +54,8 @@ def test_every_module_imported_at_load_is_a_declared_dependency() -> None:
         for module in _top_level_imports(path):
             if module in sys.stdlib_module_names or module in ("scoring", "__future__"):
                 continue
-            if ENTRY_FILES.get(str(path.relative_to(ROOT))) == module:
+            relative = str(path.relative_to(ROOT))
+            if module in (ENTRY_FILES.get(relative), LAZY_FILES.get(relative)):
                 continue
             owners = {_name(d) for d in distributions.get(module, [])}
             if not owners & declared:
@@ -67,6 +71,26 @@ def test_entry_files_are_not_imported_by_the_package() -> None:
             if any(stem in m for m in _top_level_imports(p) | _imported_names(p))
         ]  # fmt: skip
         assert not importers, importers
+
+
+def test_lazy_files_are_imported_only_inside_functions() -> None:
+    for lazy in LAZY_FILES:
+        stem = Path(lazy).stem
+        importers = [
+            str(p.relative_to(ROOT)) for p in (ROOT / "scoring").rglob("*.py")
+            if any(stem in m for m in _top_level_imports(p) | _top_level_from_names(p))
+        ]  # fmt: skip
+        assert not importers, importers
+
+
+def _top_level_from_names(path: Path) -> set[str]:
+    """Modules and names a file's top-level ``from ... import`` statements name
+    (relative ones included)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            found |= {node.module or "", *(a.name for a in node.names)}
+    return found
 
 
 def _imported_names(path: Path) -> set[str]:
