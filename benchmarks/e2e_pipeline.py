@@ -4,7 +4,11 @@ IO alone: read every column of each file with pyarrow and write the id and one f
 column per row (one output file per input file), the least any job must do.  Jobs:
 ``scoring.score_parquet`` into a fresh output, backends tensor and native, on a trivial
 model (XGBoost, 1 tree of depth 1: the data path alone) and on xgb_500x8 (the fused
-kernel; its kernel alone is timed on an in-memory batch in the same rounds).  Each
+kernel; its kernel alone is timed on an in-memory batch in the same rounds).  The
+trivial model runs on two inputs: files as pyarrow writes them by default (snappy,
+dictionary pages, nullable columns), and the cheapest to read (no compression, plain
+encoding, required columns, 1M-row row groups), where IO alone is fastest and the job's
+own cost per row shows most.  Each
 round runs every measurement once, in the same order; the best of the rounds is kept.
 Each job's busy seconds per stage come from its report.
 
@@ -19,6 +23,7 @@ import importlib
 import os
 import platform
 import shutil
+import statistics
 import time
 from collections.abc import Callable
 from datetime import date
@@ -31,6 +36,8 @@ import pyarrow.parquet as pq
 
 FILE_ROWS = 1_000_000
 FEATURES = 28
+#: The trivial model on the input cheapest to read.
+CHEAPEST = "trivial, cheapest input"
 
 
 def machine() -> str:
@@ -40,19 +47,25 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({platform.machine()}), {gpu}, torch {torch.__version__}"
 
 
-def make_input(work: Path, rows: int) -> Path:
-    """``rows`` rows of an int64 id and 28 float32 features in 1M-row files."""
-    data = work / f"input-{rows}"
+def make_input(work: Path, rows: int, *, cheapest: bool = False) -> Path:
+    """``rows`` rows of an int64 id and 28 float32 features in 1M-row files; with
+    ``cheapest``, written to be read at least cost (see the module docstring)."""
+    data = work / f"input-{rows}{'-cheapest' if cheapest else ''}"
     if (data / "_COMPLETE").exists():
         return data
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     rng = np.random.default_rng(0)
+    fields = [pa.field("id", pa.int64(), nullable=not cheapest)]
+    fields += [pa.field(f"f{j}", pa.float32(), nullable=not cheapest) for j in range(FEATURES)]
+    options: dict[str, Any] = {}
+    if cheapest:
+        options = {"compression": "none", "use_dictionary": False, "row_group_size": FILE_ROWS}
     for i, start in enumerate(range(0, rows, FILE_ROWS)):
         n = min(FILE_ROWS, rows - start)
         cols = {f"f{j}": rng.normal(size=n).astype(np.float32) for j in range(FEATURES)}
-        pq.write_table(pa.table({"id": np.arange(start, start + n), **cols}),
-                       data / f"part-{i:05d}.parquet")  # fmt: skip
+        table = pa.table({"id": np.arange(start, start + n), **cols}, schema=pa.schema(fields))
+        pq.write_table(table, data / f"part-{i:05d}.parquet", **options)
     (data / "_COMPLETE").touch()
     return data
 
@@ -124,15 +137,19 @@ def main() -> None:
 
     work = args.work
     inputs = {"trivial (1 tree, depth 1)": make_input(work, args.rows),
+              CHEAPEST: make_input(work, args.rows, cheapest=True),
               "xgb_500x8": make_input(work, args.big_rows)}  # fmt: skip
     compiled = {}
-    for name, model in models(work).items():
+    known = models(work)
+    known[CHEAPEST] = known["trivial (1 tree, depth 1)"]
+    for name, model in known.items():
         for backend in ("tensor", "native"):
             strategy = "fused" if name == "xgb_500x8" and backend == "tensor" else "auto"
             compiled[name, backend] = scoring.compile(model, backend=backend, device="auto",
                                                       strategy=strategy)  # fmt: skip
     batch = np.random.default_rng(2).normal(size=(131_072, FEATURES)).astype(np.float32)
     best: dict[str, float] = {}
+    rounds: dict[str, list[float]] = {}  # every round's seconds, for the median
     stages: dict[str, dict[str, float]] = {}
     loads = []
     for _ in range(args.rounds):
@@ -141,6 +158,7 @@ def main() -> None:
             seconds, rows = timed(lambda d=data: io_alone(d, work / "io-out"))
             key = f"{name}|io"
             best[key] = min(best.get(key, float("inf")), seconds)
+            rounds.setdefault(key, []).append(seconds)
             for backend in ("tensor", "native"):
                 cm = compiled[name, backend]
                 out = work / "job-out"
@@ -148,6 +166,7 @@ def main() -> None:
                 seconds, report = timed(lambda cm=cm, d=data, o=out: scoring.score_parquet(
                     d, o, cm, keep=["id"], progress=False, engine_options=options))  # fmt: skip
                 key = f"{name}|{backend}"
+                rounds.setdefault(key, []).append(seconds)
                 if seconds < best.get(key, float("inf")):
                     best[key], stages[key] = seconds, dict(report.stages)
             if name == "xgb_500x8":
@@ -155,27 +174,34 @@ def main() -> None:
                 cm.predict_raw(batch)  # warm
                 seconds, _ = timed(lambda cm=cm: [cm.predict_raw(batch) for _ in range(4)])
                 key = f"{name}|kernel"
-                best[key] = min(best.get(key, float("inf")), seconds / (4 * len(batch)) * rows)
-    write_results(args, inputs, best, stages, loads)
+                per_rows = seconds / (4 * len(batch)) * rows
+                best[key] = min(best.get(key, float("inf")), per_rows)
+                rounds.setdefault(key, []).append(per_rows)
+    medians = {key: statistics.median(times) for key, times in rounds.items()}
+    write_results(args, inputs, best, medians, stages, loads)
 
 
 def write_results(args: Any, inputs: dict[str, Path], best: dict[str, float],
-                  stages: dict[str, dict[str, float]], loads: list[float]) -> None:  # fmt: skip
+                  medians: dict[str, float], stages: dict[str, dict[str, float]],
+                  loads: list[float]) -> None:  # fmt: skip
     lines = [f"# A scoring job against IO alone ({date.today()})", "",
              f"Machine: {machine()}. Load average (1 min) at each round's start: "
-             f"{', '.join(f'{x:.2f}' for x in loads)}. Best of {args.rounds} rounds, every "
-             "measurement once per round in alternation. Imported first: "
+             f"{', '.join(f'{x:.2f}' for x in loads)}. {args.rounds} rounds, every "
+             "measurement once per round in alternation: the median of the rounds, then "
+             "the best; rows/s and the share of IO alone from the medians (IO alone's "
+             "median too). Imported first: "
              f"`{args.import_first}`. Files at once: {args.files_at_once or 'default'}.", "",
-             "| model | rows | run | seconds | rows/s | vs IO alone | stages (busy s) |",
+             "| model | rows | run | seconds (median / best) | rows/s | vs IO alone | "
+             "stages of the best round (busy s) |",
              "|---|---:|---|---:|---:|---:|---|"]  # fmt: skip
     for name, data in inputs.items():
         rows = sum(pq.ParquetFile(p).metadata.num_rows for p in data.glob("*.parquet"))
-        io = best[f"{name}|io"]
+        io = medians[f"{name}|io"]
         for run in ("io", "kernel", "tensor", "native"):
             key = f"{name}|{run}"
             if key not in best:
                 continue
-            s = best[key]
+            s = medians[key]
             label = {
                 "io": "IO alone",
                 "kernel": "kernel alone (fused, in memory)",
@@ -183,8 +209,8 @@ def write_results(args: Any, inputs: dict[str, Path], best: dict[str, float],
                 "native": "job, backend native",
             }[run]
             busy = ", ".join(f"{k} {v:.2f}" for k, v in stages.get(key, {}).items())
-            lines.append(f"| {name} | {rows:,} | {label} | {s:.2f} | {rows / s:,.0f} | "
-                         f"{io / s:.0%} | {busy} |")  # fmt: skip
+            lines.append(f"| {name} | {rows:,} | {label} | {s:.2f} / {best[key]:.2f} | "
+                         f"{rows / s:,.0f} | {io / s:.0%} | {busy} |")  # fmt: skip
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
