@@ -108,6 +108,16 @@ def test_every_variant_builds_without_spills_or_fma(capability: int) -> None:
         assert "fma." not in build.ptx, variant  # trees added one rounding at a time
 
 
+@pytest.mark.parametrize("capability", [80, 90])
+def test_every_top_and_category_rule_builds(capability: int) -> None:
+    """No top (a purely linked walk), one level, the deepest; categories checked before
+    truncation (scikit-learn's rule) or after (LightGBM's)."""
+    for top, before in itertools.product((0, 1, MAX_TOP), (False, True)):
+        build = build_for(capability, TOP=top, BLOCK=128, BEFORE_TRUNC=before, x="fp64",
+                          acc="fp64", ZERO=True, CAT=True, VECTOR=False, LEAVES=False)  # fmt: skip
+        assert build.spills == 0, (top, before, build.registers)
+
+
 def test_the_build_reports_spills() -> None:
     """A kernel that cannot fit its registers spills, and the count says so (the check
     above can fail): 4,096 rows per program on one warp."""
