@@ -307,3 +307,24 @@ def test_float64_batches_of_float32_values_go_in_flight_as_float32() -> None:
     np.testing.assert_array_equal(backend.predict_raw(narrowed), backend.predict_raw(as_read))
     as_read[3, 0] = 0.1  # not a float32 value
     assert backend._narrowed(as_read).dtype == np.float64
+
+
+def test_a_slot_that_cannot_be_made_is_not_counted() -> None:
+    """No memory for a new slot's buffers fails that batch; later batches still get every
+    slot (a slot counted but never made would leave them waiting)."""
+    device = FakeDevice()
+    made = device.slot
+    failures = iter([True, False, False])
+
+    def slot(*args: Any) -> Slot:
+        if next(failures, False):
+            raise MemoryError("no pinned memory")
+        return made(*args)
+
+    device.slot = slot  # type: ignore[method-assign]
+    stager = Stager(device, slots=2, rows=8, features=3, dtype=torch.float32)
+    with pytest.raises(MemoryError):
+        stager.submit(_batch(0, 8), _compute)
+    pending = [stager.submit(_batch(i, 8), _compute) for i in (1, 2)]  # both slots made
+    assert [p.result()[1][0, 0] for p in pending] == [2.0, 4.0]
+    assert device.slots_made == 2

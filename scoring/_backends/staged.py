@@ -151,7 +151,13 @@ class Stager:
                 return self._free.pop()
             self._made += 1
             number = self._made - 1
-        return self.device.slot(number, self.rows, self.features, self.dtype)
+        try:
+            return self.device.slot(number, self.rows, self.features, self.dtype)
+        except BaseException:  # no memory for it: the slot was never made
+            with self._cond:
+                self._made -= 1
+                self._cond.notify()
+            raise
 
     def _give_back(self, slot: Slot) -> None:
         with self._cond:
