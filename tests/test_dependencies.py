@@ -65,38 +65,32 @@ def test_every_module_imported_at_load_is_a_declared_dependency() -> None:
 
 def test_entry_files_are_not_imported_by_the_package() -> None:
     for entry in ENTRY_FILES:
-        stem = Path(entry).stem
-        importers = [
-            str(p.relative_to(ROOT)) for p in (ROOT / "scoring").rglob("*.py")
-            if any(stem in m for m in _top_level_imports(p) | _imported_names(p))
-        ]  # fmt: skip
+        importers = _importers(entry, anywhere=True)
         assert not importers, importers
 
 
 def test_lazy_files_are_imported_only_inside_functions() -> None:
     for lazy in LAZY_FILES:
-        stem = Path(lazy).stem
-        importers = [
-            str(p.relative_to(ROOT)) for p in (ROOT / "scoring").rglob("*.py")
-            if any(stem in m for m in _top_level_imports(p) | _top_level_from_names(p))
-        ]  # fmt: skip
+        importers = _importers(lazy, anywhere=False)
         assert not importers, importers
 
 
-def _top_level_from_names(path: Path) -> set[str]:
-    """Modules and names a file's top-level ``from ... import`` statements name
-    (relative ones included)."""
-    found: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom):
-            found |= {node.module or "", *(a.name for a in node.names)}
-    return found
+def _importers(file: str, *, anywhere: bool) -> list[str]:
+    """The package's files whose imports (anywhere, or at their top level) name
+    ``file``'s module."""
+    stem = Path(file).stem
+    return [
+        str(p.relative_to(ROOT)) for p in (ROOT / "scoring").rglob("*.py")
+        if any(stem in m for m in _imported_names(p, anywhere=anywhere))
+    ]  # fmt: skip
 
 
-def _imported_names(path: Path) -> set[str]:
-    """Every module an ``import`` anywhere in the file names (functions included)."""
+def _imported_names(path: Path, *, anywhere: bool) -> set[str]:
+    """Every module and name the file's imports name (relative ones included): anywhere
+    (functions included), or in its top-level statements only."""
+    tree = ast.parse(path.read_text())
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree) if anywhere else tree.body:
         if isinstance(node, ast.ImportFrom):
             found |= {node.module or "", *(a.name for a in node.names)}
         elif isinstance(node, ast.Import):

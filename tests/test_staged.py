@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import scoring
-from scoring._backends.staged import Compute, Slot, Stager, Stopped
+from scoring._backends.staged import Compute, Slot, Stager, Stopped, _fit_outputs
 from scoring._backends.tensor import TensorBackend
 from scoring._parity import probe_rows
 from scoring._scorer import Scorer
@@ -89,13 +89,7 @@ class FakeDevice:
                 if self.fail_on is not None and rows and float(x[0, 0]) == self.fail_on:
                     raise RuntimeError("the kernel failed on this batch")
                 outputs = compute(x)
-                if [tuple(h.shape[1:]) for h in slot.host_out] != [
-                    tuple(o.shape[1:]) for o in outputs
-                ]:
-                    cap = slot.host_in.shape[0]
-                    slot.host_out = [
-                        torch.empty((cap, *o.shape[1:]), dtype=o.dtype) for o in outputs
-                    ]
+                _fit_outputs(slot, outputs, pinned=False)
                 for out, host in zip(outputs, slot.host_out, strict=True):
                     self._pause()
                     host[:rows].copy_(out)
@@ -110,6 +104,18 @@ def _compute(x: torch.Tensor) -> Sequence[torch.Tensor]:
 
 def _batch(i: int, rows: int = 64) -> np.ndarray:
     return np.full((rows, 3), float(i), np.float32) + np.arange(rows, dtype=np.float32)[:, None]
+
+
+def _small(device: FakeDevice) -> Stager:
+    """Two slots of eight rows on ``device``."""
+    return Stager(device, slots=2, rows=8, features=3, dtype=torch.float32)
+
+
+def _both_slots_held() -> tuple[threading.Event, Stager, list[Any]]:
+    """A device held busy until the gate opens, with both slots in flight."""
+    gate = threading.Event()
+    stager = _small(FakeDevice(gate=gate))
+    return gate, stager, [stager.submit(_batch(i, 8), _compute) for i in range(2)]
 
 
 def test_every_batch_gets_its_own_results_with_slots_reused() -> None:
@@ -142,9 +148,7 @@ def test_every_batch_gets_its_own_results_with_slots_reused() -> None:
 
 
 def test_submit_waits_for_a_slot_when_all_are_in_flight() -> None:
-    gate = threading.Event()
-    stager = Stager(FakeDevice(gate=gate), slots=2, rows=8, features=3, dtype=torch.float32)
-    first = [stager.submit(_batch(i, 8), _compute) for i in range(2)]
+    gate, stager, first = _both_slots_held()
     started = threading.Event()
 
     def third() -> Any:
@@ -164,7 +168,7 @@ def test_submit_waits_for_a_slot_when_all_are_in_flight() -> None:
 
 
 def test_a_failing_batch_fails_alone_and_gives_its_slot_back() -> None:
-    stager = Stager(FakeDevice(fail_on=5.0), slots=2, rows=8, features=3, dtype=torch.float32)
+    stager = _small(FakeDevice(fail_on=5.0))
     results: dict[int, Any] = {}
     for i in range(10):
         pending = stager.submit(_batch(i, 8), _compute)
@@ -178,9 +182,7 @@ def test_a_failing_batch_fails_alone_and_gives_its_slot_back() -> None:
 
 
 def test_a_stopped_run_starts_no_batch_and_cancelled_ones_free_their_slots() -> None:
-    gate = threading.Event()
-    stager = Stager(FakeDevice(gate=gate), slots=2, rows=8, features=3, dtype=torch.float32)
-    held = [stager.submit(_batch(i, 8), _compute) for i in range(2)]
+    gate, stager, held = _both_slots_held()
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(stager.submit, _batch(2, 8), _compute, stop=stop)
@@ -199,7 +201,7 @@ def test_a_stopped_run_starts_no_batch_and_cancelled_ones_free_their_slots() -> 
 
 
 def test_a_result_is_read_once() -> None:
-    stager = Stager(FakeDevice(), slots=2, rows=8, features=3, dtype=torch.float32)
+    stager = _small(FakeDevice())
     pending = stager.submit(_batch(0, 8), _compute)
     pending.result()
     with pytest.raises(scoring.errors.EngineError, match="twice"):
@@ -322,7 +324,7 @@ def test_a_slot_that_cannot_be_made_is_not_counted() -> None:
         return made(*args)
 
     device.slot = slot  # type: ignore[method-assign]
-    stager = Stager(device, slots=2, rows=8, features=3, dtype=torch.float32)
+    stager = _small(device)
     with pytest.raises(MemoryError):
         stager.submit(_batch(0, 8), _compute)
     pending = [stager.submit(_batch(i, 8), _compute) for i in (1, 2)]  # both slots made

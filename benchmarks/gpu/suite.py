@@ -346,17 +346,7 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
 
 def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
     """Seconds for a fresh process to score 1,000 rows of a model it has not seen."""
-    path = work / f"{recipe.name.split()[0]}.skops"
-    if recipe.framework == "xgboost":
-        path = path.with_suffix(".ubj")
-        model.save_model(path)
-    elif recipe.framework == "lightgbm":
-        path = path.with_suffix(".txt")
-        (model.booster_ if hasattr(model, "booster_") else model).save_model(path)
-    else:
-        import skops.io
-
-        skops.io.dump(model, path)
+    path = _model_file(model, recipe, work / recipe.name.split()[0])
     rows = work / "first.npy"
     np.save(rows, _rows(recipe, 1_000, distinct=1_000))
     done = subprocess.run([sys.executable, "-c", _FIRST_ROWS, str(path), device, str(rows)],
@@ -366,6 +356,21 @@ def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
     times = json.loads(done.stdout.strip().splitlines()[-1])
     return f"{times['total']:.2f} ({times['after_imports']:.2f})"
+
+
+def _model_file(model: Any, recipe: Recipe, stem: Path) -> Path:
+    """``model`` saved as its framework saves it (scikit-learn: skops), at ``stem``."""
+    if recipe.framework == "xgboost":
+        model.save_model(path := stem.with_suffix(".ubj"))
+    elif recipe.framework == "lightgbm":
+        (model.booster_ if hasattr(model, "booster_") else model).save_model(
+            path := stem.with_suffix(".txt")
+        )
+    else:
+        import skops.io
+
+        skops.io.dump(model, path := stem.with_suffix(".skops"))
+    return path
 
 
 def _copy_rates(device: str, dry: bool) -> list[str]:
@@ -615,8 +620,7 @@ def packages(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
 
 def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
     model = recipe.build()
-    path = work / ("model.ubj" if recipe.framework == "xgboost" else "model.txt")
-    (model if recipe.framework == "xgboost" else model.booster_).save_model(path)
+    path = _model_file(model, recipe, work / "model")
     rows = np.asarray(make_data(recipe, seed=2, n_rows=5_000)[0], dtype=np.float32)
     np.save(work / "rows.npy", rows)
     began = time.perf_counter()

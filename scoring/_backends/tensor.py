@@ -19,6 +19,7 @@ import torch
 
 from .._compiler import compile_forest, transform
 from .._compiler.contributions import Contributions
+from .._compiler.generic import narrowed
 from .._compiler.kernel import CompiledKernel, Kernel, WalkKernel
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
@@ -217,18 +218,14 @@ class TensorBackend:
         return self.device.type == "cuda" and host.device.type == "cpu" and host.ndim == 2
 
     def _narrowed(self, mat: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-        """Float64 rows as float32 where every value is a float32 value and the kernel is
-        the shared walk, which reads such rows at float32 anyway (against float32
-        thresholds, no branch changes): half the copy, and no check on the device."""
-        if not isinstance(_kernel(self.module), WalkKernel) or mat.dtype not in (
-            np.float64,
-            torch.float64,
-        ):
+        """Float64 rows of float32 values as float32 when the kernel is the shared walk,
+        which reads them so anyway (:func:`narrowed`): half the copy, and no check on the
+        device."""
+        if not isinstance(_kernel(self.module), WalkKernel):
             return mat
-        host = np.asarray(mat)
-        narrow = host.astype(np.float32)
-        same = (narrow == host) | np.isnan(host)
-        return narrow if bool(same.all()) else mat
+        host = np.asarray(mat)  # host rows: numpy, or a CPU tensor's memory
+        narrow = narrowed(host)
+        return narrow if narrow is not host else mat
 
     def allow_in_flight(self, batches: int) -> None:
         """Let the device hold ``batches`` at once; on CUDA each batch then gets its share

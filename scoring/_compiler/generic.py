@@ -71,7 +71,7 @@ from .kernels import _DEFAULT_LEFT, ZERO_THRESHOLD, pack_node_flags
 from .packages import _private, cache_root
 from .tables import bitset_tables, leaf_tables, node_params, threshold32
 
-__all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_library"]
+__all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_library", "narrowed"]
 
 _SOURCE = Path(__file__).with_name("walk.cpp")
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno",
@@ -289,6 +289,7 @@ def _linked_tables(forest: Forest, acc: np.dtype[Any]) -> dict[str, np.ndarray]:
         "child": first.reshape(-1),
         "depth": np.array([depth for _, depth in walked]),
         "value": value.astype(acc),
+        "native_id": leaves.native_id.reshape(-1),  # the native leaf id at each linked id
         "cat_row": p.cat_row.reshape(-1),
         "cat_unknown_left": p.cat_unknown_left.reshape(-1).astype(np.uint8),
         "bits_left": bits.left.astype(np.uint32),
@@ -448,14 +449,21 @@ class GenericWalk:
 
     @staticmethod
     def _input(x: torch.Tensor) -> tuple[np.ndarray, bool]:
-        rows = np.ascontiguousarray(x.detach().cpu().numpy())
+        rows = narrowed(np.ascontiguousarray(x.detach().cpu().numpy()))
         if rows.dtype == np.float32:
             return rows, False
-        rows = rows.astype(np.float64, copy=False)
-        as32 = rows.astype(np.float32)
-        if np.array_equal(as32, rows, equal_nan=True):
-            return as32, False
-        return rows, True
+        return rows.astype(np.float64, copy=False), True
+
+
+def narrowed(rows: np.ndarray) -> np.ndarray:
+    """Float64 rows as float32 where every value is a float32 value (a float32 column
+    read as double): for a float32 ``x``, ``x <= t`` exactly when ``x <=
+    largest_float32_at_most(t)``, so the walks read them against float32 thresholds
+    with no branch changed.  Other rows as they are."""
+    if rows.dtype != np.float64:
+        return rows
+    as32 = rows.astype(np.float32)
+    return as32 if np.array_equal(as32, rows, equal_nan=True) else rows
 
 
 #: Probe rows per timing: enough to time a 500-tree forest, few enough that the whole

@@ -23,7 +23,7 @@ Without a GPU the very kernel runs on CPU tensors under Triton's interpreter
 (``TRITON_INTERPRET=1`` set before Python starts): ``strategy="triton"`` on CPU.  That is
 how the tests hold it to walk.cpp, at 3-5 ms per program, tree and level, so only for
 small forests.  :func:`build_for` compiles a variant for an sm_80 or sm_90 target on a
-machine without a GPU, with ptxas's register and spill counts.
+machine without a GPU, with the registers and stack bytes of the cubin Triton built.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ MAX_TOP = 8
 
 
 def interpreting() -> bool:
-    """Whether Triton runs kernels on CPU tensors (read once, as Triton does at import)."""
+    """Whether Triton runs kernels on CPU tensors: ``TRITON_INTERPRET``, which Triton reads
+    when a kernel is defined, so it must be set before the first kernel is needed."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -120,7 +121,6 @@ class TritonWalk:
         self.acc = acc
         np_acc = np.dtype(np.float64 if acc == torch.float64 else np.float32)
         self._linked = _linked_tables(forest, np_acc)
-        self._native_id = _native_ids(forest, self._linked)
         self._tables: dict[int, dict[str, torch.Tensor]] = {}
         self._zeros: dict[torch.dtype, torch.Tensor] = {}
         #: Seconds each schedule tried took (empty when one was given or none measured).
@@ -133,8 +133,7 @@ class TritonWalk:
         """The device tables for a top of ``top_depth`` levels (built once each)."""
         if top_depth not in self._tables:
             host = {**self._linked, **_top_tables(self._linked, top_depth),
-                    **_tree_ranges(self.forest, self._linked),
-                    "native_id": self._native_id}  # fmt: skip
+                    **_tree_ranges(self.forest, self._linked)}  # fmt: skip
             self._tables[top_depth] = {k: _on(v, self.device) for k, v in host.items()}
         return self._tables[top_depth]
 
@@ -251,18 +250,6 @@ def _tree_ranges(forest: Forest, linked: dict[str, np.ndarray]) -> dict[str, np.
     return {"tree_order": order.astype(np.int32), "tree_from": begin.astype(np.int32),
             "tree_to": end.astype(np.int32), "all_from": np.zeros(1, np.int32),
             "all_to": np.full(1, n_trees, np.int32)}  # fmt: skip
-
-
-def _native_ids(forest: Forest, linked: dict[str, np.ndarray]) -> np.ndarray:
-    """The native leaf id at each linked id (leaves; 0 elsewhere), int32."""
-    from .generic import _breadth_first
-
-    width = linked["child"].size // max(forest.n_trees, 1)
-    ids = np.zeros((forest.n_trees, width), np.int32)
-    for t, tree in enumerate(forest.trees):
-        order, _ = _breadth_first(tree)
-        ids[t, : order.size] = tree.leaf_id[order]
-    return ids.reshape(-1)
 
 
 # -- the schedule: measured on the device ----------------------------------------------------

@@ -226,7 +226,7 @@ class _Pipeline:
         self.errors: list[BaseException] = []
         self.calls = parallel_calls(run.scorer)
         self.lanes = [_Lane(self.failed, calls=self.calls) for _ in range(max(1, lanes))]
-        if getattr(run.scorer, "in_flight", False):
+        if run.scorer.in_flight:
             run.scorer.allow_in_flight(2 * len(self.lanes))
         self.entries: list[Entry] = []
         self.on_entry = on_entry
@@ -286,7 +286,7 @@ class _Pipeline:
         lane.read_q.put(None)
 
     def _dispatch(self, lane: _Lane, *, pool: ThreadPoolExecutor) -> None:
-        in_flight = getattr(self.job.scorer, "in_flight", False)
+        in_flight = self.job.scorer.in_flight
         for fragment, batch in lane.read_q.drain():
             scored: Future[tuple[pa.Table, Counts | None]] | _Submitted | object = batch
             if batch is not _END and in_flight:  # the device's steps queued, not awaited
