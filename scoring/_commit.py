@@ -47,6 +47,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -102,18 +103,25 @@ def job_key(job: dict[str, Any]) -> str:
 
 
 class HashingSink:
-    """A writable file that hashes and counts the bytes going through it."""
+    """A writable file that hashes and counts the bytes going through it.
+
+    The hashing runs on a thread of its own, in write order, off the writer's thread: a
+    file's Parquet encoding is the slowest serial step of a fast job, and sha256 inline
+    added about a fifth to it (8 ms per 16 MB).  The chunks are the writer's ``bytes``,
+    which do not change after they are written."""
 
     def __init__(self, raw: Any):
         self.raw = raw
-        self.sha = hashlib.sha256()
         self.size = 0
         self.dropped = False
+        self._sha = hashlib.sha256()
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="scoring-hash")
 
     def drop(self) -> None:
         """Close the file and take later writes into the void, so that a writer
         interrupted by a failure can still be closed (not left to fail at exit)."""
         self.dropped = True
+        self._hasher.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(Exception):
             self.raw.close()
 
@@ -121,9 +129,14 @@ class HashingSink:
         view = memoryview(data)
         if self.dropped:
             return view.nbytes
-        self.sha.update(view)
+        self._hasher.submit(self._sha.update, data if isinstance(data, bytes) else bytes(view))
         self.size += view.nbytes
         return int(self.raw.write(data))
+
+    def hexdigest(self) -> str:
+        """The sha256 of every byte written (once the hashing has caught up)."""
+        self._hasher.shutdown(wait=True)
+        return self._sha.hexdigest()
 
     def flush(self) -> None:
         self.raw.flush()
@@ -394,7 +407,7 @@ class Committer:
             fingerprint=fragment.fingerprint,
             rows=rows,
             output=name,
-            sha256=sink.sha.hexdigest(),
+            sha256=sink.hexdigest(),
             bytes=sink.size,
             job=self.job_key,
             stats=stats,

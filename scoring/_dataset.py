@@ -42,6 +42,9 @@ __all__ = [
 DELTA = "delta:"
 _GLOB_CHARS = set("*?[")
 _FIX = "fix or remove the file"
+#: Bytes read at a time by :meth:`InputDataset.head`: about one page of a column (pyarrow
+#: writes 1 MiB pages), so one request per column on an object store.
+HEAD_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,10 @@ class InputDataset:
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
         """Up to ``rows`` rows of the first non-empty file (for checks before writing).
 
-        Read with the file's own reader, which stops after the first pages: the dataset
-        scanner would read the whole first row group."""
+        Read with the file's own reader, streaming each column through a buffer of
+        :data:`HEAD_BUFFER` bytes, so that it stops after the first pages: the dataset
+        scanner, or the reader buffering whole column chunks (its default), reads the
+        whole first row group (1M rows of 28 floats: 14-18 ms, against 2 ms)."""
         first = next(f for f in self.fragments if f.rows > 0)
         piece = self.pieces[first.index]
         stored = [c for c in columns if c in piece.physical_schema.names]
@@ -127,7 +132,8 @@ class InputDataset:
             translated("parquet", f"cannot read Parquet file {first.path!r}", fix=_FIX),
             self.dataset.filesystem.open_input_file(piece.path) as f,
         ):
-            batch = next(pq.ParquetFile(f).iter_batches(batch_size=rows, columns=stored))
+            reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=HEAD_BUFFER)
+            batch = next(reader.iter_batches(batch_size=rows, columns=stored))
         keys = pads.get_partition_keys(piece.partition_expression)  # key=value directories
         arrays = [
             batch.column(c) if c in stored else pa.array([keys.get(c)] * batch.num_rows)

@@ -4,13 +4,17 @@ Named inputs are matched by feature name when the model recorded names; categori
 columns are mapped with the model's own categories (unknown -> missing); nulls become
 NaN.  Values the native predictor refuses (NaN, inf) are refused here with the column
 and count, rather than scored silently.
+
+An Arrow batch can also come out feature-major (:class:`Columns`, ``prepare(...,
+columns=True)``): one array per feature, each the column's own buffer where it already
+is one, for a kernel that reads features column by column; nothing is transposed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -29,14 +33,61 @@ from .errors import (
 )
 
 __all__ = [
-    "Matrix", "prepare", "prepare_key", "feature_names", "model_columns", "named_columns",
-    "select_columns",
+    "Columns", "Matrix", "prepare", "prepare_key", "feature_names", "model_columns",
+    "named_columns", "select_columns",
 ]  # fmt: skip
 
 _AUTO_NAME = re.compile(r"^(Column_|f)\d+$")  # names frameworks invent for unnamed data
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 Matrix = np.ndarray | torch.Tensor
+
+
+class Columns:
+    """A batch's validated features feature-major: one contiguous 1-D array per feature in
+    the model's order, all of one dtype.  Each is the input column's own buffer where
+    it already is one (floats of that dtype, no nulls, no value rewritten), so nothing
+    is copied, let alone transposed: walk.cpp reads the arrays through a pointer each,
+    and a device copy takes them as one ``[features, rows]`` block (:meth:`into`).
+    :meth:`rows` is the row-major matrix for everything else.  The arrays are read,
+    never written (they may be the input's)."""
+
+    def __init__(self, arrays: Sequence[np.ndarray]):
+        if not arrays:
+            raise ValueError("a batch of columns needs at least one feature")
+        self.arrays = tuple(arrays)
+        self.dtype = self.arrays[0].dtype
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, features)``, as a matrix's."""
+        return len(self), len(self.arrays)
+
+    def __getitem__(self, rows: slice) -> Columns:
+        """Rows ``rows`` of every feature (views)."""
+        return Columns([a[rows] for a in self.arrays])
+
+    def rows(self) -> np.ndarray:
+        """The row-major matrix ``[rows, features]`` (a transposing copy)."""
+        return _row_major(list(self.arrays), self.dtype.type)
+
+    def into(self, out: np.ndarray) -> None:
+        """Copy into ``out[features, rows]`` (a pinned block for a device, say)."""
+        for j, array in enumerate(self.arrays):
+            out[j] = array
+
+    def narrowed(self) -> Columns:
+        """Float64 columns whose values are all float32 values, as float32 (a float32
+        column read as double): see :func:`scoring._compiler.generic.narrowed`."""
+        if self.dtype != np.float64:
+            return self
+        narrow = [a.astype(np.float32) for a in self.arrays]
+        same = all(np.array_equal(n, a, equal_nan=True)
+                   for n, a in zip(narrow, self.arrays, strict=True))  # fmt: skip
+        return Columns(narrow) if same else self
 
 
 def feature_names(forest: Forest) -> list[str] | None:
@@ -47,11 +98,24 @@ def feature_names(forest: Forest) -> list[str] | None:
     return names
 
 
-def prepare(X: Any, forest: Forest, *, leaves: bool = False) -> Matrix:
+@overload
+def prepare(X: Any, forest: Forest, *, leaves: bool = False,
+            columns: Literal[False] = False) -> Matrix: ...  # fmt: skip
+@overload
+def prepare(X: Any, forest: Forest, *, leaves: bool = False,
+            columns: bool) -> Matrix | Columns: ...  # fmt: skip
+def prepare(X: Any, forest: Forest, *, leaves: bool = False,
+            columns: bool = False) -> Matrix | Columns:  # fmt: skip
     """Validated float matrix ``[rows, n_features]``: numpy, or torch for torch input.
 
     ``leaves``: for leaf ids, which some native predictors take through a stricter reader.
+    ``columns``: an Arrow batch as :class:`Columns` (feature-major, not copied where it
+    need not be); any other input as a matrix.
     """
+    if columns and isinstance(X, (pa.Table, pa.RecordBatch)):
+        cols = _as_columns(_arrow_columns(X, forest), forest)
+        _check_values(cols, forest, _input_labels(X, forest), leaves=leaves)
+        return cols
     if isinstance(X, torch.Tensor):
         mat: Matrix = _from_torch(X, forest)
     elif isinstance(X, pd.DataFrame):
@@ -271,7 +335,10 @@ def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
     """Row-major ``[rows, features]``, written once from the columns, block by block."""
     if not cols:
         raise FeatureCountError(f"input has no feature columns; {forest.described} needs some")
-    target = _target_dtype([c.dtype for c in cols], forest)
+    return _row_major(cols, _target_dtype([c.dtype for c in cols], forest))
+
+
+def _row_major(cols: list[np.ndarray], target: type) -> np.ndarray:
     rows = len(cols[0])
     out: np.ndarray = np.empty((rows, len(cols)), dtype=target)
     block: np.ndarray = np.empty((len(cols), min(rows, _BLOCK_ROWS)), dtype=target)
@@ -281,6 +348,28 @@ def _from_columns(cols: list[np.ndarray], forest: Forest) -> np.ndarray:
             np.stack([c[start : start + _BLOCK_ROWS] for c in cols], out=part, casting="unsafe")
             out[start : start + part.shape[1]] = part.T
     return out
+
+
+def _as_columns(cols: list[np.ndarray], forest: Forest) -> Columns:
+    """The columns at the matrix's dtype, contiguous, with the model's missing value and
+    an imputer's fills applied as :func:`prepare` applies them to a matrix; a column is
+    copied only where one of those changes it (never written in place: it may be the
+    input's own buffer)."""
+    if not cols:
+        raise FeatureCountError(f"input has no feature columns; {forest.described} needs some")
+    target = _target_dtype([c.dtype for c in cols], forest)
+    out = []
+    with np.errstate(over="ignore"):  # past float32's range is inf, as native reads it
+        for j, col in enumerate(cols):
+            col = np.ascontiguousarray(col, dtype=target)
+            missing = forest.missing_value
+            if missing is not None and (col == missing).any():
+                col = np.where(col == missing, target(np.nan), col)
+            fill = forest.fill_missing.get(j)
+            if fill is not None and np.isnan(col).any():
+                col = np.where(np.isnan(col), target(fill), col)
+            out.append(col)
+    return Columns(out)
 
 
 def _values_as_float(values: np.ndarray, j: int, forest: Forest) -> np.ndarray:
@@ -357,11 +446,11 @@ def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
 # -- the values the native predictor refuses -----------------------------------------
 
 
-def _check_values(mat: Matrix, forest: Forest, labels: list[str], *, leaves: bool) -> None:
-    for what, bad, reason in _refusals(mat, forest, leaves=leaves):
-        if not bool(bad.any()):  # the common case: one pass, no per-column counts
+def _check_values(mat: Matrix | Columns, forest: Forest, labels: list[str], *,
+                  leaves: bool) -> None:  # fmt: skip
+    for what, counts, reason in _refusals(mat, forest, leaves=leaves):
+        if counts is None:  # the common case: one pass, no per-column counts
             continue
-        counts = bad.sum(0)
         cols = [j for j in range(forest.n_features) if int(counts[j]) > 0]
         j = cols[0]
         raise InvalidValueError(
@@ -371,8 +460,13 @@ def _check_values(mat: Matrix, forest: Forest, labels: list[str], *, leaves: boo
         )
 
 
-def _refusals(mat: Matrix, forest: Forest, *, leaves: bool) -> Iterator[tuple[str, Any, str]]:
-    """(what, bad cells, native's reason) for each kind of value native refuses here."""
+Counts = np.ndarray | None
+
+
+def _refusals(mat: Matrix | Columns, forest: Forest, *, leaves: bool
+              ) -> Iterator[tuple[str, Counts, str]]:  # fmt: skip
+    """(what, bad cells per feature or None for none, native's reason) for each kind of
+    value native refuses here."""
     refuses = {
         kind.removeprefix("leaf_"): reason
         for kind, reason in forest.refuses.items()
@@ -383,22 +477,34 @@ def _refusals(mat: Matrix, forest: Forest, *, leaves: bool) -> Iterator[tuple[st
     groups = forest.column_groups()
     if "nan" in refuses:
         read = [j for cols in groups.values() for j in cols]  # a dropped column: anything
-        yield "NaN (missing)", _within(_isnan(mat), read), refuses["nan"]
-    too_large = None  # one pass over the matrix, for whichever groups need it
+        yield "NaN (missing)", _within(_counts(mat, _isnan), read), refuses["nan"]
+    too_large: list[Counts] = []  # one pass over the matrix, for whichever groups need it
     for group, cols in groups.items():
         if f"{group}inf" in refuses and cols:
-            too_large = _too_large(mat, forest) if too_large is None else too_large
-            yield "infinite or too large", _within(too_large, cols), refuses[f"{group}inf"]
+            if not too_large:
+                too_large.append(_counts(mat, lambda m: _too_large(m, forest)))
+            yield "infinite or too large", _within(too_large[0], cols), refuses[f"{group}inf"]
 
 
-def _within(bad: Any, cols: list[int]) -> Any:
-    """``bad`` cells ``[rows, n_features]`` kept in columns ``cols`` only (no copy when
-    those are every column, the common case)."""
-    if len(cols) == bad.shape[1]:
-        return bad
-    keep = np.zeros(bad.shape[1], dtype=bool)
-    keep[cols] = True
-    return bad & (torch.from_numpy(keep).to(bad.device) if isinstance(bad, torch.Tensor) else keep)
+def _counts(mat: Matrix | Columns, test: Callable[[Any], Any]) -> Counts:
+    """Cells per feature where ``test`` holds, or None where it holds for none."""
+    if isinstance(mat, Columns):
+        counts = np.array([np.count_nonzero(test(a)) for a in mat.arrays])
+        return counts if counts.any() else None
+    bad = test(mat)
+    if not bool(bad.any()):
+        return None
+    summed = bad.sum(0)
+    return summed.cpu().numpy() if isinstance(summed, torch.Tensor) else summed
+
+
+def _within(counts: Counts, cols: list[int]) -> Counts:
+    """``counts`` in columns ``cols`` only (None where those have none)."""
+    if counts is None or len(cols) == len(counts):
+        return counts
+    kept = np.zeros_like(counts)
+    kept[cols] = counts[cols]
+    return kept if kept.any() else None
 
 
 def _too_large(mat: Matrix, forest: Forest) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ import torch
 
 from ._backends import Backend
 from ._compiler.contributions import Contributions
-from ._inputs import Matrix, feature_names, named_columns, prepare
+from ._inputs import Columns, Matrix, feature_names, named_columns, prepare
 from ._model import CompiledModel
 from ._outputs import OutputLayout
 from ._progress import StageClock
@@ -139,7 +139,7 @@ class Scorer:
         the busy seconds of its prepare, kernel and outputs steps are added to it)."""
         clock = clock or StageClock()
         with clock.timing("prepare"):
-            features, mat = self.matrix(batch)
+            features, mat = self.matrix(batch, columns=self.backend.takes_columns)
         columns = [batch.column(k) for k in self.keep] + self.outputs_of(features, mat, clock=clock)
         return pa.Table.from_arrays(columns, names=self.keep + self.output_names)
 
@@ -163,13 +163,13 @@ class Scorer:
         backend's steps queued, and the returned table pending until they are done."""
         clock = clock or StageClock()
         with clock.timing("prepare"):
-            features, mat = self.matrix(batch)
+            features, mat = self.matrix(batch, columns=self.backend.takes_columns)
         with clock.timing("kernel"):  # queueing the steps; the wait is the writer's
             pending = self.backend.submit(features, mat, raw=self.layout.raw, stop=stop)
         return PendingTable(self, batch, mat, pending, clock)
 
     def outputs_of(
-        self, features: pa.Table, mat: Matrix, *, clock: StageClock | None = None
+        self, features: pa.Table, mat: Matrix | Columns, *, clock: StageClock | None = None
     ) -> list[pa.Array]:
         """The output columns of rows already read by :meth:`matrix`."""
         clock = clock or StageClock()
@@ -177,20 +177,22 @@ class Scorer:
             values, raw = self.backend.score(features, mat, raw=self.layout.raw)
         return self._arrays(values, raw, mat, clock)
 
-    def _arrays(self, values: np.ndarray, raw: np.ndarray | None, mat: Matrix,
+    def _arrays(self, values: np.ndarray, raw: np.ndarray | None, mat: Matrix | Columns,
                 clock: StageClock) -> list[pa.Array]:  # fmt: skip
         with clock.timing("kernel"):
             contributions = self.contributions(mat)
         with clock.timing("outputs"):
             return self.layout.arrays(values, raw, self.forest, contributions)
 
-    def contributions(self, mat: Matrix) -> np.ndarray | None:
+    def contributions(self, mat: Matrix | Columns) -> np.ndarray | None:
         """``[rows, outputs, features + 1]`` when the layout explains, else None: the
         backend's, or where it has none (a framework without TreeSHAP of its own behind
         ``native``, hummingbird) ours from the model's trees, so that ``auto`` picking a
         predictor for speed never refuses a run its explanations."""
         if not self.layout.explain.any:
             return None
+        if isinstance(mat, Columns):  # explaining reads rows
+            mat = mat.rows()
         if self.backend.explains:
             return self.backend.predict_contributions(mat)
         return self._tree_shap(torch.as_tensor(mat)).cpu().numpy()
@@ -199,17 +201,26 @@ class Scorer:
     def _tree_shap(self) -> Contributions:
         return Contributions(self.forest, device=self.backend.device)
 
-    def matrix(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.Table, Matrix]:
-        """The model's feature columns of ``batch`` and their validated matrix."""
+    @overload
+    def matrix(self, batch: pa.RecordBatch | pa.Table, *,
+               columns: Literal[False] = False) -> tuple[pa.Table, Matrix]: ...  # fmt: skip
+    @overload
+    def matrix(self, batch: pa.RecordBatch | pa.Table, *,
+               columns: bool) -> tuple[pa.Table, Matrix | Columns]: ...  # fmt: skip
+    def matrix(self, batch: pa.RecordBatch | pa.Table, *, columns: bool = False
+               ) -> tuple[pa.Table, Matrix | Columns]:  # fmt: skip
+        """The model's feature columns of ``batch`` and their validated matrix (with
+        ``columns``, feature-major as read: :class:`Columns`)."""
         features = _as_labels(batch.select(self.feature_columns(batch.schema.names)), self)
-        return features, prepare(features, self.forest)  # typed errors for what native refuses
+        # typed errors for what native refuses
+        return features, prepare(features, self.forest, columns=columns)
 
 
 class PendingTable:
     """A submitted batch's table (:meth:`Scorer.submit`): :meth:`result` waits for its
     device steps, then builds the output columns."""
 
-    def __init__(self, scorer: Scorer, batch: pa.RecordBatch | pa.Table, mat: Matrix,
+    def __init__(self, scorer: Scorer, batch: pa.RecordBatch | pa.Table, mat: Matrix | Columns,
                  pending: Any, clock: StageClock):  # fmt: skip
         self.scorer, self.batch, self.mat, self.pending, self.clock = (
             scorer, batch, mat, pending, clock)  # fmt: skip

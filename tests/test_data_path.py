@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,13 @@ from typer.testing import CliRunner
 
 import scoring
 from scoring._engines import local
-from scoring._inputs import _arrow_floats, prepare
+from scoring._inputs import Columns, _arrow_floats, prepare
+from scoring._parity import as_frame, probe_rows
+from scoring._scorer import Scorer
 from scoring.cli import app
 from scoring.errors import ConfigError
 
-from .conftest import built
+from .conftest import RECIPES, built
 from .test_score_parquet import model_frame, write_input
 
 runner = CliRunner()
@@ -38,6 +41,73 @@ def test_a_float_column_without_nulls_is_read_from_its_own_buffer() -> None:
     holes = _arrow_floats(pa.array([1.0, None, 3.0], type=pa.float32()), 0, forest)
     np.testing.assert_array_equal(holes, [1.0, np.nan, 3.0])
     assert _arrow_floats(pa.array([1, 2], type=pa.int16()), 0, forest).dtype == np.float64
+
+
+def _arrow_input(name: str, rows: np.ndarray) -> pa.Table:
+    """``rows`` as a Parquet file of the model's input holds them (category columns as
+    dictionaries, an encoder's labels as they are)."""
+    _, forest, _ = built(name)
+    if RECIPES[name].frame or forest.feature_names or forest.categories:
+        return pa.Table.from_pandas(as_frame(rows, forest), preserve_index=False)
+    return pa.table({f"f{j}": rows[:, j] for j in range(rows.shape[1])})
+
+
+def _outcome(scorer: Scorer, table: pa.Table) -> pa.Table | str:
+    try:
+        return scorer.score(table)
+    except scoring.errors.ScoringError as exc:  # what native refuses: refused alike
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_scores_its_columns_as_it_scores_its_rows(name: str) -> None:
+    """The shared walk reads a batch feature-major, the input's own buffers where it
+    can: its output columns equal those of the row-major matrix bit for bit, on the
+    parity probes (thresholds, NaN, +-inf, unseen categories) at float64 and as float32
+    columns, and what one refuses the other refuses with the same message."""
+    model, forest, _ = built(name)
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    scorer = Scorer(cm)
+    if forest.stages:  # a chain runs its stages on rows
+        assert not scorer.backend.takes_columns
+        return
+    assert scorer.backend.takes_columns  # the path under test is taken
+    rows = probe_rows(forest, n_rows=300, seed=5)
+    for table in (_arrow_input(name, rows), _arrow_input(name, rows).cast(
+            pa.schema([pa.field(f.name, pa.float32()) if pa.types.is_float64(f.type) else f
+                       for f in _arrow_input(name, rows).schema]))):  # fmt: skip
+        scorer.backend.takes_columns = True
+        by_columns = _outcome(scorer, table)
+        scorer.backend.takes_columns = False
+        by_rows = _outcome(scorer, table)
+        assert isinstance(by_rows, str) == isinstance(by_columns, str), (by_rows, by_columns)
+        assert by_columns == by_rows if isinstance(by_rows, str) else by_columns.equals(by_rows)
+
+
+def test_columns_are_the_input_s_buffers_where_they_can_be_and_copies_where_they_change(
+) -> None:  # fmt: skip
+    """A float column of the reader's dtype without nulls is its own buffer (read, never
+    written); nulls, another dtype, the model's missing value or an imputer's fill make a
+    copy of that column alone, and the input stays as it was."""
+    _, forest, _ = built("xgb_reg")  # float32 reader, 6 features
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(100, forest.n_features)).astype(np.float32)
+    names = forest.feature_names or [f"f{i}" for i in range(forest.n_features)]
+    arrays = [pa.array(values[:, j]) for j in range(forest.n_features)]
+    arrays[1] = pa.array(values[:, 1].astype(np.float64))  # cast to the reader's float32
+    arrays[2] = pa.array(np.where(values[:, 2] > 0, values[:, 2], None), pa.float32())
+    table = pa.table(dict(zip(names, arrays, strict=True)))
+    cols = prepare(table, forest, columns=True)
+    assert isinstance(cols, Columns) and cols.shape == values.shape
+    assert cols.dtype == np.float32
+    assert np.shares_memory(cols.arrays[0], arrays[0].to_numpy())
+    assert not np.shares_memory(cols.arrays[1], arrays[1].to_numpy())
+    np.testing.assert_array_equal(cols.rows(), prepare(table, forest))
+    np.testing.assert_array_equal(cols[10:20].rows(), prepare(table, forest)[10:20])
+    missing = replace(forest, missing_value=float(values[0, 0]))
+    with_missing = prepare(table, missing, columns=True)
+    assert np.isnan(with_missing.arrays[0][0]) and values[0, 0] == arrays[0][0].as_py()
+    np.testing.assert_array_equal(with_missing.rows(), prepare(table, missing))
 
 
 @pytest.mark.parametrize("rows", [0, 1, 4095, 4096, 4097, 10_000])

@@ -21,8 +21,17 @@ import pytest
 import torch
 
 import scoring
-from scoring._backends.staged import Compute, Slot, Stager, Stopped, _fit_outputs
+from scoring._backends.staged import (
+    Compute,
+    Layout,
+    Slot,
+    Stager,
+    Stopped,
+    _fit_outputs,
+    torch_dtype,
+)
 from scoring._backends.tensor import TensorBackend
+from scoring._inputs import Columns
 from scoring._parity import probe_rows
 from scoring._scorer import Scorer
 
@@ -52,13 +61,13 @@ class FakeDevice:
 
     def slot(self, number: int, rows: int, features: int, dtype: torch.dtype) -> Slot:
         self.slots_made += 1
-        return Slot(number, torch.empty((rows, features), dtype=dtype),
-                    torch.empty((rows, features), dtype=dtype))  # fmt: skip
+        return Slot(number, rows, torch.empty(rows * features, dtype=dtype),
+                    torch.empty(rows * features, dtype=dtype))  # fmt: skip
 
-    def start(self, slot: Slot, rows: int, compute: Compute) -> Any:
+    def start(self, slot: Slot, layout: Layout, compute: Compute) -> Any:
         marker: dict[str, Any] = {"done": threading.Event(), "error": None}
-        digest = zlib.crc32(slot.host_in[:rows].numpy().tobytes())
-        self.copies.put((slot, rows, compute, digest, marker))
+        digest = zlib.crc32(layout.block(slot.host_in).numpy().tobytes())
+        self.copies.put((slot, layout, compute, digest, marker))
         return marker
 
     def wait(self, marker: Any) -> None:
@@ -71,21 +80,22 @@ class FakeDevice:
 
     def _copy(self) -> None:
         while True:
-            slot, rows, compute, digest, marker = self.copies.get()
+            slot, layout, compute, digest, marker = self.copies.get()
             self._pause()
-            if zlib.crc32(slot.host_in[:rows].numpy().tobytes()) != digest:
+            if zlib.crc32(layout.block(slot.host_in).numpy().tobytes()) != digest:
                 self.reused_early.append(slot.number)
-            slot.device_in[:rows].copy_(slot.host_in[:rows])
-            self.computes.put((slot, rows, compute, marker))
+            layout.block(slot.device_in).copy_(layout.block(slot.host_in))
+            self.computes.put((slot, layout, compute, marker))
 
     def _compute(self) -> None:
         while True:
-            slot, rows, compute, marker = self.computes.get()
+            slot, layout, compute, marker = self.computes.get()
             if self.gate is not None:
                 self.gate.wait()
             self._pause()
+            rows = layout.rows
             try:
-                x = slot.device_in[:rows]
+                x = layout.matrix(slot.device_in)
                 if self.fail_on is not None and rows and float(x[0, 0]) == self.fail_on:
                     raise RuntimeError("the kernel failed on this batch")
                 outputs = compute(x)
@@ -217,26 +227,25 @@ class _InFlightBackend(TensorBackend):
 
     device_for_test: FakeDevice
 
-    def _takes_in_flight(self, host: torch.Tensor) -> bool:
-        return host.ndim == 2
+    def _takes_in_flight(self, mat: Any) -> bool:
+        return isinstance(mat, Columns) or torch.as_tensor(mat).ndim == 2
 
     def _stager_for(self, mat: Any) -> Stager | None:
-        host = torch.as_tensor(mat)
-        if host.dtype not in self._stagers:
-            self._stagers[host.dtype] = Stager(self.device_for_test,
-                                               slots=max(2, self.in_flight),
-                                               rows=self.batch_rows, features=host.shape[1],
-                                               dtype=host.dtype)  # fmt: skip
-        return self._stagers[host.dtype]
+        key = (torch_dtype(mat), isinstance(mat, Columns))
+        if key not in self._stagers:
+            self._stagers[key] = Stager(self.device_for_test, slots=max(2, self.in_flight),
+                                        rows=self.batch_rows, features=mat.shape[1],
+                                        dtype=key[0], feature_major=key[1])  # fmt: skip
+        return self._stagers[key]
 
 
 @pytest.fixture
 def in_flight(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(Scorer, "in_flight", property(lambda self: True))
 
-    def compiled(device: FakeDevice) -> scoring.CompiledModel:
+    def compiled(device: FakeDevice, strategy: str = "tree_traversal") -> scoring.CompiledModel:
         model = built("xgb_multi")[0]
-        cm = scoring.compile(model, backend="tensor", device="cpu", strategy="tree_traversal")
+        cm = scoring.compile(model, backend="tensor", device="cpu", strategy=strategy)
         backend = cm.implementation
         backend.__class__ = _InFlightBackend
         backend.device_for_test = device
@@ -258,23 +267,43 @@ def _files(folder: Path, forest: Any, *, files: int = 3, rows: int = 450) -> Pat
     return folder
 
 
+@pytest.mark.parametrize("strategy", ["tree_traversal", "fused"])
 def test_a_run_with_batches_in_flight_writes_what_scoring_now_writes(
-    tmp_path: Path, in_flight: Any
+    tmp_path: Path, in_flight: Any, strategy: str
 ) -> None:
+    """Row-major slots, and for the shared walk feature-major ones filled from the
+    batch's columns as read."""
     forest = built("xgb_multi")[1]
     data = _files(tmp_path / "in", forest)
     device = FakeDevice(seed=3)
-    cm = in_flight(device)
+    cm = in_flight(device, strategy)
     report = scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
     reference = scoring.compile(built("xgb_multi")[0], backend="tensor", device="cpu",
-                                strategy="tree_traversal")  # fmt: skip
+                                strategy=strategy)  # fmt: skip
     expected = scoring.score_parquet(data, tmp_path / "ref", reference, keep=["id"], progress=False)
     got = pq.read_table(tmp_path / "out").sort_by("id")
     want = pq.read_table(tmp_path / "ref").sort_by("id")
     assert report.rows == expected.rows == 1350
     assert got.equals(want)
     assert device.slots_made >= 2 and device.reused_early == []
-    assert [s.in_flight for s in cm.implementation._stagers.values()] == [0]
+    stagers = cm.implementation._stagers
+    assert [(s.in_flight, s.feature_major) for s in stagers.values()] == [
+        (0, strategy == "fused")]  # fmt: skip
+
+
+def test_columns_go_in_flight_feature_major_with_the_results_of_rows() -> None:
+    """A batch of columns fills a feature-major slot one feature at a time; its kernel
+    sees the same rows, so the results equal a row-major slot's."""
+    rows = _batch(7, 8) * np.array([1.0, -2.0, 0.5], np.float32)
+    columns = Columns([np.ascontiguousarray(rows[:, j]) for j in range(3)])
+    by_rows = _small(FakeDevice(seed=1)).submit(rows, _compute).result()
+    stager = Stager(FakeDevice(seed=2), slots=2, rows=8, features=3, dtype=torch.float32,
+                    feature_major=True)  # fmt: skip
+    by_columns = stager.submit(columns, _compute).result()
+    for got, want in zip(by_columns, by_rows, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="a slot holds 8 rows of 3"):
+        stager.submit(Columns([np.zeros(8, np.float32)] * 2), _compute)  # two features
 
 
 def test_a_failing_batch_fails_the_run_and_a_rerun_finds_every_slot(

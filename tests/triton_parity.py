@@ -18,6 +18,7 @@ import torch
 from scoring._compiler import compile_forest
 from scoring._compiler.generic import GenericWalk, Schedule
 from scoring._compiler.triton_walk import MAX_TOP, TritonSchedule, TritonWalk
+from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
 
@@ -66,6 +67,12 @@ def differences(forest: Forest) -> list[str]:
             if not np.array_equal(got_leaves, leaves):
                 rows = int(np.any(got_leaves != leaves, axis=1).sum())
                 found.append(f"leaf ids differ on {rows} rows ({where})")
+            if schedule.feature_major:  # a batch as read: one array per feature
+                columns = Columns([np.ascontiguousarray(c) for c in x.numpy().T])
+                got = walk.sums(columns, start).numpy()
+                if not np.array_equal(got, sums):
+                    rows = int(np.any(got != sums, axis=1).sum())
+                    found.append(f"sums of columns differ on {rows} rows ({where})")
     return found
 
 

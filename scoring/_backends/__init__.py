@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-__all__ = ["CPU_BATCH_ROWS", "Backend"]
+from .._inputs import Columns
+
+__all__ = ["CPU_BATCH_ROWS", "Backend", "as_rows"]
 
 #: Rows per batch on CPU: big enough to amortise per-call costs.
 CPU_BATCH_ROWS = 131_072
@@ -31,21 +33,25 @@ class Backend(Protocol):
     #: Whether :meth:`predict_contributions` explains every row ``score`` takes; where
     #: not, a run computes contributions from the model's trees instead.
     explains: bool
+    #: Whether ``score`` and ``submit`` take a batch feature-major as it was read
+    #: (:class:`~scoring._inputs.Columns`) rather than a row-major matrix.
+    takes_columns: bool
 
     @property
     def batch_rows(self) -> int:
         """Rows per batch that suit this backend's device."""
 
     def score(
-        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """One batch: ``features`` as read (for predictors that want names and
-        categories) and ``mat``, the validated matrix in feature order.  Returns
+        categories) and ``mat``, the validated matrix in feature order (columns where
+        the backend :attr:`takes_columns`).  Returns
         ``predict_proba`` for classifiers, else the transformed values, and the raw
         margins when ``raw`` (an anomaly model's raw score is its decision_function)."""
 
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
-               stop: threading.Event | None = None) -> Any:  # fmt: skip
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
+               raw: bool, stop: threading.Event | None = None) -> Any:  # fmt: skip
         """``score`` as a pending result (:class:`.staged.Pending`): its ``result()``
         returns what ``score`` would.  Backends that score on the host score now.  A
         call waiting for room on the device gives up once ``stop`` is set."""
@@ -60,3 +66,8 @@ class Backend(Protocol):
     def predict_leaf(self, X: Any) -> np.ndarray: ...
     def predict_contributions(self, X: Any) -> np.ndarray:
         """Path-dependent TreeSHAP contributions ``[rows, outputs, features + 1]``."""
+
+
+def as_rows(mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray | torch.Tensor:
+    """A batch as a row-major matrix, for a backend that reads rows."""
+    return mat.rows() if isinstance(mat, Columns) else mat

@@ -16,6 +16,7 @@ import pyarrow as pa
 import torch
 
 from .._frameworks import framework_named
+from .._inputs import Columns
 from .._ir import Forest
 from .._outputs import squeeze
 from .._parity import TOLERANCE, probe_rows, row_errors
@@ -26,7 +27,7 @@ from ..errors import (
     UnsupportedModelError,
     translated,
 )
-from . import CPU_BATCH_ROWS, Backend
+from . import CPU_BATCH_ROWS, Backend, as_rows
 from .native import NativeBackend
 from .staged import Ready
 
@@ -45,6 +46,7 @@ class HummingbirdBackend:
     strategy_reason = "requested"
     batch_rows = CPU_BATCH_ROWS
     explains = False  # see predict_contributions
+    takes_columns = False
 
     def __init__(
         self, model: Any, forest: Forest, *, device: torch.device, strategy: str, verify: bool
@@ -80,14 +82,15 @@ class HummingbirdBackend:
     def for_parallel_calls(self) -> Backend | None:
         return None
 
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
-               stop: threading.Event | None = None) -> Ready:  # fmt: skip
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
+               raw: bool, stop: threading.Event | None = None) -> Ready:  # fmt: skip
         """Scored now, on the host (see :meth:`Backend.submit`)."""
         return Ready(self.score(features, mat, raw=raw))
 
     def score(
-        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
+        mat = as_rows(mat)
         return self._outputs(self, mat), (self.predict_raw(mat) if raw else None)
 
     def predict_leaf(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import torch
 
 from .._frameworks import NativeModel, native_model
-from .._inputs import feature_names
+from .._inputs import Columns, feature_names
 from .._ir import REFUSABLE, Forest
-from . import CPU_BATCH_ROWS, Backend
+from . import CPU_BATCH_ROWS, Backend, as_rows
 from .staged import Ready
 
 __all__ = ["NativeBackend"]
@@ -26,6 +26,7 @@ class NativeBackend:
     strategy: str | None = None
     strategy_reason = "native predictor"
     batch_rows = CPU_BATCH_ROWS
+    takes_columns = False
 
     def __init__(self, model: Any, forest: Forest, *, predictor: NativeModel | None = None):
         self.model = model
@@ -54,14 +55,15 @@ class NativeBackend:
         copy._one_thread = copy  # already one thread per call
         return copy
 
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
-               stop: threading.Event | None = None) -> Ready:  # fmt: skip
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
+               raw: bool, stop: threading.Event | None = None) -> Ready:  # fmt: skip
         """Scored now, on the host (see :meth:`Backend.submit`)."""
         return Ready(self.score(features, mat, raw=raw))
 
     def score(
-        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
+        mat = as_rows(mat)
         X: Any = mat
         if self.forest.categorical_features:
             X = _native_frame(features, self.forest)  # categories go to the framework as labels

@@ -15,6 +15,10 @@ on a compute stream, joined by events) and :meth:`Stager.submit` returns at once
 * Cancellation: a ``submit`` waiting for a slot gives up with :class:`Stopped` once its
   ``stop`` event is set (a run stopping) or the stager is closed; :meth:`Pending.cancel`
   gives a slot back unread.
+* Layout: a slot's input buffers are flat; a batch sits in them row-major, or
+  feature-major (:class:`Layout`), where a batch of :class:`~scoring._inputs.Columns`
+  is one copy per feature into the pinned block and one contiguous copy to the device,
+  transposed nowhere.
 
 The device is a small protocol, so a fake one (threads and random delays, in the tests)
 proves the ordering, back-pressure, reuse, failure and cancellation rules on a machine
@@ -31,9 +35,13 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from .._inputs import Columns
 from ..errors import EngineError
 
-__all__ = ["CudaDevice", "Device", "Pending", "Ready", "Slot", "Stager", "Stopped"]
+__all__ = [
+    "CudaDevice", "Device", "Layout", "Pending", "Ready", "Slot", "Stager", "Stopped",
+    "torch_dtype",
+]  # fmt: skip
 
 #: How often a ``submit`` waiting for a slot looks at its stop event.
 _POLL_S = 0.1
@@ -71,13 +79,36 @@ class Ready:
 
 @dataclass
 class Slot:
-    """Buffers of one batch in flight: host rows, device rows, host outputs (allocated
-    the first time an output of that shape is fetched), and the slot's number."""
+    """Buffers of one batch in flight: flat host and device input buffers of ``rows``
+    rows' values, host outputs (allocated the first time an output of that shape is
+    fetched), and the slot's number."""
 
     number: int
+    rows: int
     host_in: torch.Tensor
     device_in: torch.Tensor
     host_out: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a batch of ``rows`` rows sits in a slot's flat input buffer: its first
+    ``rows * features`` values, row-major or feature-major."""
+
+    rows: int
+    features: int
+    feature_major: bool
+
+    def block(self, flat: torch.Tensor) -> torch.Tensor:
+        """The batch's contiguous block (what is filled and copied): ``[features, rows]``
+        feature-major, else ``[rows, features]``."""
+        shape = (self.features, self.rows) if self.feature_major else (self.rows, self.features)
+        return flat[: self.rows * self.features].view(shape)
+
+    def matrix(self, flat: torch.Tensor) -> torch.Tensor:
+        """The block as rows ``[rows, features]`` (a transposed view when feature-major)."""
+        block = self.block(flat)
+        return block.t() if self.feature_major else block
 
 
 class Device(Protocol):
@@ -86,9 +117,10 @@ class Device(Protocol):
     def slot(self, number: int, rows: int, features: int, dtype: torch.dtype) -> Slot:
         """A new slot's buffers for up to ``rows`` rows."""
 
-    def start(self, slot: Slot, rows: int, compute: Compute) -> Any:
-        """Queue copy-in, ``compute`` and copy-out of ``slot``'s first ``rows`` rows;
-        returns a marker of the last step (raises only for a failure at queueing)."""
+    def start(self, slot: Slot, layout: Layout, compute: Compute) -> Any:
+        """Queue copy-in of ``slot``'s batch (``layout``), ``compute`` on its rows and
+        copy-out; returns a marker of the last step (raises only for a failure at
+        queueing)."""
 
     def wait(self, marker: Any) -> None:
         """Block until the steps behind ``marker`` are done; raise the error of one
@@ -99,30 +131,36 @@ class Stager:
     """A pool of slots on one device; see the module docstring."""
 
     def __init__(self, device: Device, *, slots: int, rows: int, features: int,
-                 dtype: torch.dtype):  # fmt: skip
+                 dtype: torch.dtype, feature_major: bool = False):  # fmt: skip
         if slots < 2:
             raise ValueError("a stager needs at least two slots: one filling, one in flight")
         self.device = device
         self.rows, self.features, self.dtype = rows, features, dtype
+        self.feature_major = feature_major
         self.size = slots
         self._free: list[Slot] = []
         self._made = 0
         self._closed = False
         self._cond = threading.Condition()
 
-    def submit(self, rows: np.ndarray | torch.Tensor, compute: Compute, *,
+    def submit(self, rows: np.ndarray | torch.Tensor | Columns, compute: Compute, *,
                stop: threading.Event | None = None) -> _InFlight:  # fmt: skip
         """Copy ``rows`` into a free slot (waiting for one, unless ``stop`` is set) and
         queue its steps."""
-        host = torch.as_tensor(rows)
-        if host.shape[0] > self.rows or host.dtype != self.dtype:
-            raise ValueError(f"a slot holds {self.rows} rows of {self.dtype}, not {host.shape[0]} "
-                             f"of {host.dtype}")  # fmt: skip
+        n, features = rows.shape
+        dtype = torch_dtype(rows)
+        if n > self.rows or features != self.features or dtype != self.dtype:
+            raise ValueError(f"a slot holds {self.rows} rows of {self.features} {self.dtype}, "
+                             f"not {n} of {features} {dtype}")  # fmt: skip
+        layout = Layout(n, features, self.feature_major)
         slot = self._take(stop)
         try:
-            n = host.shape[0]
-            slot.host_in[:n].copy_(host)
-            marker = self.device.start(slot, n, compute)
+            if isinstance(rows, Columns) and self.feature_major:
+                rows.into(layout.block(slot.host_in).numpy())  # one copy per feature
+            else:
+                host = rows.rows() if isinstance(rows, Columns) else rows
+                layout.matrix(slot.host_in).copy_(torch.as_tensor(host))
+            marker = self.device.start(slot, layout, compute)
         except BaseException:
             self._give_back(slot)
             raise
@@ -201,6 +239,13 @@ class _InFlight:
                 self._stager._give_back(self._slot)
 
 
+def torch_dtype(rows: np.ndarray | torch.Tensor | Columns) -> torch.dtype:
+    """The torch dtype of a batch's values."""
+    if isinstance(rows, torch.Tensor):
+        return rows.dtype
+    return torch.from_numpy(np.empty(0, dtype=rows.dtype)).dtype
+
+
 class CudaDevice:
     """The steps on a CUDA device: copy-in on a copy stream, the kernel and the copies
     out on a compute stream that waits for the copy-in's event; the marker is the
@@ -212,21 +257,21 @@ class CudaDevice:
         self.compute_stream = torch.cuda.Stream(device)
 
     def slot(self, number: int, rows: int, features: int, dtype: torch.dtype) -> Slot:
-        host = torch.empty((rows, features), dtype=dtype, pin_memory=True)
-        return Slot(number, host, torch.empty((rows, features), dtype=dtype, device=self.device))
+        host = torch.empty(rows * features, dtype=dtype, pin_memory=True)
+        return Slot(number, rows, host,
+                    torch.empty(rows * features, dtype=dtype, device=self.device))  # fmt: skip
 
-    def start(self, slot: Slot, rows: int, compute: Compute) -> Any:
-        with torch.cuda.stream(self.copy_stream):
-            device_in = slot.device_in[:rows]
-            device_in.copy_(slot.host_in[:rows], non_blocking=True)
+    def start(self, slot: Slot, layout: Layout, compute: Compute) -> Any:
+        with torch.cuda.stream(self.copy_stream):  # one contiguous copy, either layout
+            layout.block(slot.device_in).copy_(layout.block(slot.host_in), non_blocking=True)
             copied = torch.cuda.Event()
             copied.record(self.copy_stream)
         self.compute_stream.wait_event(copied)
         with torch.cuda.stream(self.compute_stream), torch.inference_mode():
-            outputs = compute(device_in)
+            outputs = compute(layout.matrix(slot.device_in))
             _fit_outputs(slot, outputs, pinned=True)
             for out, host in zip(outputs, slot.host_out, strict=True):
-                host[:rows].copy_(out, non_blocking=True)
+                host[: layout.rows].copy_(out, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.compute_stream)
         return done
@@ -238,8 +283,7 @@ class CudaDevice:
 def _fit_outputs(slot: Slot, outputs: Sequence[torch.Tensor], *, pinned: bool) -> None:
     """Host output buffers of the slot's capacity for ``outputs`` (kept while their
     shapes and dtypes stay the same: every batch of a run has the same outputs)."""
-    rows = slot.host_in.shape[0]
-    want = [((rows, *o.shape[1:]), o.dtype) for o in outputs]
+    want = [((slot.rows, *o.shape[1:]), o.dtype) for o in outputs]
     have = [(tuple(h.shape), h.dtype) for h in slot.host_out]
     if want != have:
         slot.host_out = [torch.empty(shape, dtype=dtype, pin_memory=pinned)

@@ -6,6 +6,11 @@ its copy-in, kernel, output transform and copy-out are queued on the device, and
 caller gets a pending result while the next batch is prepared.  A batch that runs out
 of device memory is scored again synchronously, split in halves and retried (later
 batches start at the smaller size).
+
+Where the kernel is the walk every forest shares (``fused``), a batch comes feature-major
+as it was read (:attr:`TensorBackend.takes_columns`, :class:`~scoring._inputs.Columns`):
+walk.cpp reads the Arrow buffers where they are, and a CUDA slot takes them as one
+``[features, rows]`` block.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from .._compiler import compile_forest, transform
 from .._compiler.contributions import Contributions
 from .._compiler.generic import narrowed
 from .._compiler.kernel import CompiledKernel, Kernel, WalkKernel
+from .._inputs import Columns
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
 from . import CPU_BATCH_ROWS, Backend
-from .staged import CudaDevice, Pending, Ready, Stager
+from .staged import CudaDevice, Layout, Pending, Ready, Stager, torch_dtype
 
 __all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows", "finish"]
 
@@ -84,13 +90,15 @@ class TensorBackend:
         )
         self.strategy: str | None = self.choice.name
         self.strategy_reason = self.choice.reason
+        #: Whether a run hands batches over feature-major (:class:`Columns`).
+        self.takes_columns = bool(getattr(self.module, "takes_columns", False))
         on_cuda = device.type == "cuda"
         self.batch_rows = cuda_batch_rows(forest, device) if on_cuda else CPU_BATCH_ROWS
         self._pinned: torch.Tensor | None = None
         #: Batches a CUDA device holds at once (:meth:`submit`); the engine sets it from
         #: its file lanes (two each) before the first batch: :meth:`allow_in_flight`.
         self.in_flight = 2
-        self._stagers: dict[torch.dtype, Stager] = {}
+        self._stagers: dict[tuple[torch.dtype, bool], Stager] = {}
         self._stager_lock = threading.Lock()
         #: torch threads of a :meth:`score` call (None: torch's own count).
         self.threads_per_call: int | None = None
@@ -113,8 +121,9 @@ class TensorBackend:
         self._process_threads = torch.get_num_threads()
         return self
 
-    def _tensor(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(mat).to(self.device, non_blocking=True)
+    def _tensor(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
+        rows = mat.rows() if isinstance(mat, Columns) else mat
+        return torch.as_tensor(rows).to(self.device, non_blocking=True)
 
     @torch.inference_mode()
     def margins(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -152,7 +161,7 @@ class TensorBackend:
     # -- batches for the Scorer -----------------------------------------------------
 
     def score(
-        self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         try:
             return self._score_once(mat, raw=raw)
@@ -176,7 +185,7 @@ class TensorBackend:
 
     @torch.inference_mode()
     def _score_once(
-        self, mat: np.ndarray | torch.Tensor, *, raw: bool
+        self, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if not self.threads_per_call:
             return finish(self.forest, self.module(self._staged(mat)), raw=raw)
@@ -189,12 +198,12 @@ class TensorBackend:
         finally:
             torch.set_num_threads(self._process_threads)
 
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor, *, raw: bool,
-               stop: threading.Event | None = None) -> Pending:  # fmt: skip
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
+               raw: bool, stop: threading.Event | None = None) -> Pending:  # fmt: skip
         """One batch in flight: on CUDA its steps queued on the device (:mod:`.staged`),
         the result pending; elsewhere scored now.  A batch that does not fit a slot, or
         runs out of device memory when queued, is scored now by :meth:`score`."""
-        if not self._takes_in_flight(torch.as_tensor(mat)):
+        if not self._takes_in_flight(mat):
             return Ready(self.score(features, mat, raw=raw))
         mat = self._narrowed(mat)
         stager = self._stager_for(mat)
@@ -213,16 +222,24 @@ class TensorBackend:
             return Ready(self.score(features, mat, raw=raw))
         return _Outputs(self.forest, pending)
 
-    def _takes_in_flight(self, host: torch.Tensor) -> bool:
+    def _takes_in_flight(self, mat: np.ndarray | torch.Tensor | Columns) -> bool:
         """Host rows for a CUDA device go through slots; anything else is scored now."""
-        return self.device.type == "cuda" and host.device.type == "cpu" and host.ndim == 2
+        if self.device.type != "cuda":
+            return False
+        if isinstance(mat, Columns):
+            return True
+        host = torch.as_tensor(mat)
+        return host.device.type == "cpu" and host.ndim == 2
 
-    def _narrowed(self, mat: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    def _narrowed(self, mat: np.ndarray | torch.Tensor | Columns
+                  ) -> np.ndarray | torch.Tensor | Columns:  # fmt: skip
         """Float64 rows of float32 values as float32 when the kernel is the shared walk,
         which reads them so anyway (:func:`narrowed`): half the copy, and no check on the
         device."""
         if not isinstance(_kernel(self.module), WalkKernel):
             return mat
+        if isinstance(mat, Columns):
+            return mat.narrowed()
         host = np.asarray(mat)  # host rows: numpy, or a CPU tensor's memory
         narrow = narrowed(host)
         return narrow if narrow is not host else mat
@@ -239,36 +256,44 @@ class TensorBackend:
                 self.batch_rows = cuda_batch_rows(self.forest, self.device,
                                                   fraction=0.5 / self.in_flight)  # fmt: skip
 
-    def _stager_for(self, mat: np.ndarray | torch.Tensor) -> Stager | None:
-        """The slots for batches of ``mat``'s dtype (made on first use), or None for a
-        batch larger than a slot."""
-        host = torch.as_tensor(mat)
-        if host.shape[0] > self.batch_rows:
+    def _stager_for(self, mat: np.ndarray | torch.Tensor | Columns) -> Stager | None:
+        """The slots for batches of ``mat``'s dtype and layout (made on first use), or
+        None for a batch larger than a slot."""
+        rows, features = mat.shape
+        if rows > self.batch_rows:
             return None
+        dtype = torch_dtype(mat)
+        key = (dtype, isinstance(mat, Columns))
         with self._stager_lock:  # lanes submit side by side
-            stager = self._stagers.get(host.dtype)
-            if stager is None or stager.rows < host.shape[0]:
+            stager = self._stagers.get(key)
+            if stager is None or stager.rows < rows:
                 stager = Stager(CudaDevice(self.device), slots=max(2, self.in_flight),
-                                rows=self.batch_rows, features=host.shape[1],
-                                dtype=host.dtype)  # fmt: skip
-                self._stagers[host.dtype] = stager
+                                rows=self.batch_rows, features=features, dtype=dtype,
+                                feature_major=key[1])  # fmt: skip
+                self._stagers[key] = stager
             return stager
 
-    def _staged(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """On CUDA, host rows copied through a reused pinned buffer, without blocking."""
-        host = torch.as_tensor(mat)
-        if self.device.type != "cuda" or host.device.type != "cpu":
-            return host
-        n = host.shape[0]
+    def _staged(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor | Columns:
+        """On CUDA, host rows copied through a reused pinned buffer, without blocking (a
+        batch of columns feature-major, as it came); on CPU, the rows as they are."""
+        if self.device.type != "cuda":
+            return mat if isinstance(mat, Columns) else torch.as_tensor(mat)
+        if isinstance(mat, torch.Tensor) and mat.device.type != "cpu":
+            return mat
+        n, features = mat.shape
+        dtype = torch_dtype(mat)
         pinned = self._pinned
-        if pinned is None or pinned.shape[0] < n or pinned.dtype != host.dtype:
-            pinned = torch.empty(
-                (max(n, self.batch_rows), host.shape[1]), dtype=host.dtype, pin_memory=True
-            )
+        if pinned is None or pinned.numel() < n * features or pinned.dtype != dtype:
+            pinned = torch.empty(max(n, self.batch_rows) * features, dtype=dtype,
+                                 pin_memory=True)  # fmt: skip
             self._pinned = pinned
-        staged = pinned[:n]
-        staged.copy_(host)
-        return staged.to(self.device, non_blocking=True)
+        layout = Layout(n, features, isinstance(mat, Columns))
+        if isinstance(mat, Columns):
+            mat.into(layout.block(pinned).numpy())
+        else:
+            layout.matrix(pinned).copy_(torch.as_tensor(mat))
+        block = layout.block(pinned).to(self.device, non_blocking=True)
+        return block.t() if layout.feature_major else block
 
 
 def _kernel(module: torch.nn.Module) -> Kernel | None:

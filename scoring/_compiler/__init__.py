@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from .._inputs import Columns
 from .._ir import Forest
 from ..errors import CompileError, ResourceLimitError
 from .chain import ChainForest
@@ -182,16 +185,27 @@ class TensorForest(nn.Module):
         self.eager = EagerKernel(name, paths, leaves, start=self._start, chunk_rows=chunk_rows)
         self.kernel: Kernel = kernel_for(self) if kernel_for else self.eager
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | Columns) -> torch.Tensor:
+        """Margins of rows ``x``; :class:`Columns` only where the kernel is the shared
+        walk (:attr:`takes_columns`)."""
         return self._finish(self.kernel.sums(self._snapped(x)))
+
+    @property
+    def takes_columns(self) -> bool:
+        """Whether :meth:`forward` reads a batch feature-major, as it was read."""
+        return isinstance(self.kernel, WalkKernel)
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
         """The native predictor's leaf id per row and tree, ``[B, T]``."""
         return self.kernel.leaf_ids(self._snapped(x))
 
-    def _snapped(self, x: torch.Tensor) -> torch.Tensor:
+    def _snapped(self, x: Any) -> Any:
+        """LightGBM's near-zero values as zero (copied columns where one changes)."""
         if not self.zero_snap:
             return x
+        if isinstance(x, Columns):
+            zero = ZERO_THRESHOLD[torch.float64 if x.dtype == np.float64 else torch.float32]
+            return Columns([_snap(a, zero) for a in x.arrays])
         zero = ZERO_THRESHOLD[x.dtype]
         return torch.where(x.abs() <= zero, torch.zeros_like(x), x)
 
@@ -215,6 +229,11 @@ class TensorForest(nn.Module):
         if not self.base_last:
             return total
         return (total * self.scale if self.scale != 1.0 else total) + self.base_score
+
+
+def _snap(column: np.ndarray, zero: float) -> np.ndarray:
+    near = np.abs(column) <= zero
+    return np.where(near, column.dtype.type(0), column) if near.any() else column
 
 
 class _PreparedWalk(nn.Module):

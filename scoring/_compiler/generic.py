@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._inputs import Columns
 from .._ir import Forest, Tree
 from ..errors import CompileError
 from .kernels import _DEFAULT_LEFT, ZERO_THRESHOLD, pack_node_flags
@@ -96,7 +97,7 @@ class _Tables(ctypes.Structure):
         ("threshold", _P), ("child", _P), ("value", _P), ("group", _P), ("cat_row", _P),
         ("cat_unknown_left", _P), ("bits_left", _P), ("bits_known", _P),
         ("words", ctypes.c_int32), ("cat_check_before_trunc", ctypes.c_int32),
-        ("zero", ctypes.c_double),
+        ("zero", ctypes.c_double), ("used", _P), ("n_used", ctypes.c_int64),
     ]  # fmt: skip
 
 
@@ -193,6 +194,11 @@ def _load(path: Path) -> ctypes.CDLL:
         ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, _P, ctypes.c_int64, _P,
         *[ctypes.c_int32] * 3,
     ]  # fmt: skip
+    lib.walk_score_columns.restype = ctypes.c_int32
+    lib.walk_score_columns.argtypes = [
+        ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, ctypes.POINTER(_P), ctypes.c_int64,
+        ctypes.c_int64, _P, *[ctypes.c_int32] * 3,
+    ]  # fmt: skip
     lib.walk_vector_lanes.restype = ctypes.c_int32
     return lib
 
@@ -241,6 +247,7 @@ class _WalkTables:
             threshold=a["thr" + precision].ctypes.data,
             top_threshold=a["top_thr" + precision].ctypes.data,
             zero=ZERO_THRESHOLD[torch.float64 if x64 else torch.float32],
+            n_used=int(a["used"].size),
         )  # fmt: skip
         for field, name in _POINTERS.items():
             setattr(struct, field, a[name].ctypes.data if name in a else None)
@@ -253,7 +260,7 @@ _POINTERS = {
     "tree_levels": "tree_levels", "compact": "compact", "packed": "packed", "child": "child",
     "value": "value",
     "group": "group", "cat_row": "cat_row", "cat_unknown_left": "cat_unknown_left",
-    "bits_left": "bits_left", "bits_known": "bits_known",
+    "bits_left": "bits_left", "bits_known": "bits_known", "used": "used",
 }  # fmt: skip
 
 
@@ -294,6 +301,7 @@ def _linked_tables(forest: Forest, acc: np.dtype[Any]) -> dict[str, np.ndarray]:
         "cat_unknown_left": p.cat_unknown_left.reshape(-1).astype(np.uint8),
         "bits_left": bits.left.astype(np.uint32),
         "bits_known": bits.known.astype(np.uint32),
+        "used": np.unique(p.feature[~leaf]),  # what the vector path copies per block
     }
     offset = np.where(leaf, 0, first - np.arange(first.size).reshape(first.shape))
     if p.feature.max(initial=0) < 1 << 16 and offset.max(initial=0) < 1 << 13:
@@ -390,7 +398,8 @@ def _helpers(count: int) -> ThreadPoolExecutor:
 
 
 class GenericWalk:
-    """Rows ``[B, F]`` -> ``start`` plus every tree's leaf, through walk.cpp.
+    """Rows ``[B, F]`` (a tensor, or :class:`~scoring._inputs.Columns` read where they
+    are) -> ``start`` plus every tree's leaf, through walk.cpp.
 
     Float64 rows whose values are all float32 values (a float32 column read at double
     precision) are walked as float32 against float32 thresholds: for a float32 ``x``,
@@ -419,36 +428,50 @@ class GenericWalk:
     def tables_for(self, top_depth: int) -> _WalkTables:
         return _WalkTables(self._forest, self._linked, top_depth)
 
-    def sums(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    def sums(self, x: torch.Tensor | Columns, start: torch.Tensor) -> torch.Tensor:
         """``start [B, K]`` plus each row's leaves, added in tree order (acc dtype)."""
         rows, x64 = self._input(x)
         out = np.array(start.detach().to("cpu", self.acc).numpy(), copy=True, order="C")
         self.run(self.tables, self.schedule, rows, x64, out, threads=True)
         return torch.from_numpy(out)
 
-    def run(self, tables: _WalkTables, schedule: Schedule, rows: np.ndarray, x64: bool,
-            out: np.ndarray, *, threads: bool) -> None:  # fmt: skip
-        struct = tables.structs[x64]
-        n, width = rows.shape
+    def run(self, tables: _WalkTables, schedule: Schedule, rows: np.ndarray | Columns,
+            x64: bool, out: np.ndarray, *, threads: bool) -> None:  # fmt: skip
+        """Every tree's leaf added to ``out``, in chunks of :data:`CHUNK_ROWS` rows."""
+        struct = ctypes.byref(tables.structs[x64])
+        args = (int(x64), int(self.acc == torch.float64), self.zero, self.cat)
+        options = (schedule.block, schedule.uniform, int(schedule.vector))
+        if isinstance(rows, Columns):
+            pointers = (_P * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
+
+            def call(first: int, count: int, out_at: int) -> int:
+                return int(self.lib.walk_score_columns(struct, *args, pointers, first, count,
+                                                       out_at, *options))  # fmt: skip
+        else:
+            row_bytes = rows.shape[1] * rows.itemsize
+
+            def call(first: int, count: int, out_at: int) -> int:
+                x_at = rows.ctypes.data + first * row_bytes
+                return int(self.lib.walk_score(struct, *args, x_at, count, out_at, *options))
+
+        n = len(rows)
         starts = range(0, n, CHUNK_ROWS)
+        workers = min(torch.get_num_threads(), len(starts)) if threads else 1
+        step = CHUNK_ROWS if workers > 1 else max(n, 1)  # chunks only to share the rows
 
         def chunk(first: int) -> None:
-            count = min(CHUNK_ROWS, n - first)
-            x_at = rows.ctypes.data + first * width * rows.itemsize
             out_at = out.ctypes.data + first * out.shape[1] * out.itemsize
-            status = self.lib.walk_score(
-                ctypes.byref(struct), int(x64), int(self.acc == torch.float64),
-                self.zero, self.cat, x_at, count, out_at,
-                schedule.block, schedule.uniform, int(schedule.vector),
-            )  # fmt: skip
-            if status != 0:
+            if call(first, min(step, n - first), out_at) != 0:
                 raise CompileError(f"strategy 'fused': the kernel refused {schedule}")
 
-        workers = min(torch.get_num_threads(), len(starts)) if threads else 1
-        _spread(chunk, starts, workers)
+        _spread(chunk, range(0, n, step), workers)
 
     @staticmethod
-    def _input(x: torch.Tensor) -> tuple[np.ndarray, bool]:
+    def _input(x: torch.Tensor | Columns) -> tuple[np.ndarray | Columns, bool]:
+        """The rows as walk.cpp reads them, and whether they are doubles."""
+        if isinstance(x, Columns):
+            cols = x.narrowed()
+            return cols, cols.dtype == np.float64
         rows = narrowed(np.ascontiguousarray(x.detach().cpu().numpy()))
         if rows.dtype == np.float32:
             return rows, False

@@ -16,11 +16,12 @@ then one kernel and one output transform (:class:`~scoring._compiler.TensorFores
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from .._inputs import Columns
 from .fused import FusedBlocks
 from .generic import GenericWalk
 from .kernels import LeafSum
@@ -28,8 +29,9 @@ from .triton_walk import TritonWalk
 
 __all__ = ["CompiledKernel", "EagerKernel", "Kernel", "WalkKernel"]
 
-#: Each row's start (the base score, or zero): ``[B, K]`` for rows ``[B, F]``.
-Start = Callable[[torch.Tensor], torch.Tensor]
+#: Each row's start (the base score, or zero): ``[B, K]`` for rows ``[B, F]`` (a tensor
+#: or :class:`~scoring._inputs.Columns`: what has a ``shape``).
+Start = Callable[[Any], torch.Tensor]
 
 
 class Kernel(Protocol):
@@ -68,13 +70,15 @@ class EagerKernel:
 
 class WalkKernel:
     """The walk shared by every forest, over this forest's tables; leaf ids from the walk
-    where it gives them (Triton), else from the eager walk (walk.cpp adds leaves only)."""
+    where it gives them (Triton), else from the eager walk (walk.cpp adds leaves only).
+    Its sums also read a batch feature-major as it was read
+    (:class:`~scoring._inputs.Columns`)."""
 
     def __init__(self, name: str, walk: GenericWalk | TritonWalk, *, start: Start,
                  eager: EagerKernel):  # fmt: skip
         self.name, self.walk, self.start, self.eager = name, walk, start, eager
 
-    def sums(self, x: torch.Tensor) -> torch.Tensor:
+    def sums(self, x: torch.Tensor | Columns) -> torch.Tensor:
         return self.walk.sums(x, self.start(x))
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:

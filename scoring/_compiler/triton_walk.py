@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._inputs import Columns
 from .._ir import Forest
 from ..errors import CompileError, DependencyError
 from .generic import _linked_tables, _top_tables
@@ -137,7 +138,7 @@ class TritonWalk:
             self._tables[top_depth] = {k: _on(v, self.device) for k, v in host.items()}
         return self._tables[top_depth]
 
-    def sums(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    def sums(self, x: torch.Tensor | Columns, start: torch.Tensor) -> torch.Tensor:
         """``start [B, K]`` plus each row's leaves, added in tree order (acc dtype)."""
         out = start.to(self.device, self.acc).contiguous().clone()
         self.launch(self.schedule, self._input(x), out=out)
@@ -161,8 +162,8 @@ class TritonWalk:
             return
         t = self.tables(schedule.top_depth)
         x64 = rows.dtype == torch.float64
-        if schedule.feature_major:
-            rows = rows.t().contiguous().t()  # the same view, feature-major in memory
+        if schedule.feature_major != _feature_major(rows):  # the schedule's layout
+            rows = rows.t().contiguous().t() if schedule.feature_major else rows.contiguous()
         stride_row, stride_feature = rows.stride()
         k = self.forest.n_outputs
         span = ("all_from", "all_to") if leaves is not None else ("tree_from", "tree_to")
@@ -199,17 +200,29 @@ class TritonWalk:
                                               device=self.device)  # fmt: skip
         return self._zeros[dtype]
 
-    def _input(self, x: torch.Tensor) -> torch.Tensor:
+    def _input(self, x: torch.Tensor | Columns) -> torch.Tensor:
         """Rows on the device, float64 ones narrowed to float32 where no value changes.
         That check reads a flag back from the device; batches in flight are narrowed on
-        the host before they are copied (``TensorBackend.submit``), so it is not made."""
+        the host before they are copied (``TensorBackend.submit``), so it is not made.
+        Feature-major rows stay feature-major (the kernel reads either by its strides)."""
+        if isinstance(x, Columns):
+            cols = x.narrowed()
+            block = np.empty(cols.shape[::-1], dtype=cols.dtype)
+            cols.into(block)
+            x = torch.from_numpy(block).t()
         rows = x.detach().to(self.device)
         if rows.dtype != torch.float32:
             rows = rows.to(torch.float64)
             as32 = rows.float()
             if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
                 rows = as32
-        return rows.contiguous()
+        return rows if _feature_major(rows) else rows.contiguous()
+
+
+def _feature_major(rows: torch.Tensor) -> bool:
+    """Whether one feature of consecutive rows is contiguous (``[F, B]`` memory, viewed
+    as ``[B, F]``)."""
+    return rows.shape[0] > 1 and rows.stride(0) == 1
 
 
 def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:

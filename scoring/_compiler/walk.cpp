@@ -18,8 +18,14 @@
 // +inf, missing to the left) whose first child is itself.  The leaf's value is at its
 // linked id.  A forest no deeper than its top never enters the linked
 // part; top_depth 0 is a purely linked walk.
+//
+// Rows come row-major (walk_score) or as one array per feature (walk_score_columns:
+// a batch's Arrow columns as they were read, so the host never transposes it).  The
+// vector path copies a block of the features the forest reads into its own
+// feature-major block, from either.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -62,11 +68,33 @@ struct Tables {
   int32_t words;
   int32_t cat_check_before_trunc;
   double zero;                 // |x| <= zero reads as missing where flagged
+  const int32_t* used;         // [n_used] the features some node reads, ascending
+  int64_t n_used;
 };
 
 }  // extern "C"
 
 namespace {
+
+// Where the rows' values are: row-major rows, or one array per feature.  `after(n)` is
+// the same input from its n-th row on.
+template <typename X>
+struct RowMajor {
+  using Value = X;
+  const X* x;
+  int64_t features;
+  X at(int32_t r, int32_t feature) const { return x[static_cast<int64_t>(r) * features + feature]; }
+  RowMajor after(int64_t rows) const { return {x + rows * features, features}; }
+};
+
+template <typename X>
+struct ByFeature {
+  using Value = X;
+  const X* const* columns;
+  int64_t first;
+  X at(int32_t r, int32_t feature) const { return columns[feature][first + r]; }
+  ByFeature after(int64_t rows) const { return {columns, first + rows}; }
+};
 
 // Options of one call, chosen per model by measurement (generic.py's Schedule).
 struct Options {
@@ -115,12 +143,12 @@ inline void add_leaves(const Tables& f, int64_t t, const int32_t* slot, int32_t 
   for (int32_t r = 0; r < rows; ++r) out[r * k + g] += value[slot[r]];
 }
 
-// Rows [0, rows) of x: each row's leaf (linked id) in tree t into node[].
-template <typename X, bool Zero, bool Cat>
-inline void walk(const Tables& f, int64_t t, const X* x, int32_t rows, int32_t* node) {
+// Rows [0, rows) of the input: each row's leaf (linked id) in tree t into node[].
+template <bool Zero, bool Cat, typename In>
+inline void walk(const Tables& f, int64_t t, const In& in, int32_t rows, int32_t* node) {
+  using X = typename In::Value;
   const X* top_thr = static_cast<const X*>(f.top_threshold);
   const X* thr = static_cast<const X*>(f.threshold);
-  const int64_t F = f.n_features;
   const int32_t inner = (1 << f.top_depth) - 1;
   const int32_t base = static_cast<int32_t>(t) * inner;
   for (int32_t r = 0; r < rows; ++r) node[r] = 0;
@@ -128,7 +156,7 @@ inline void walk(const Tables& f, int64_t t, const X* x, int32_t rows, int32_t* 
     for (int32_t r = 0; r < rows; ++r) {
       const int32_t n = base + node[r];
       const int32_t p = f.top_packed[n];
-      const X v = x[r * F + (p & kFeatureMask)];
+      const X v = in.at(r, p & kFeatureMask);
       node[r] = 2 * node[r] + 1 + goes_right<X, Zero, Cat>(f, Cat ? f.top_node[n] : 0, p, v, top_thr[n]);
     }
   }
@@ -138,21 +166,21 @@ inline void walk(const Tables& f, int64_t t, const X* x, int32_t rows, int32_t* 
     for (int32_t r = 0; r < rows; ++r) {
       const int32_t n = node[r];
       const int32_t p = f.packed[n];
-      const X v = x[r * F + (p & kFeatureMask)];
+      const X v = in.at(r, p & kFeatureMask);
       node[r] = f.child[n] + goes_right<X, Zero, Cat>(f, n, p, v, thr[n]);
     }
   }
 }
 
-template <typename X, typename A, bool Zero, bool Cat, bool Vec>
-void score(const Tables& f, const X* x, int64_t rows, A* out, int32_t block) {
+template <typename A, bool Zero, bool Cat, bool Vec, typename In>
+void score(const Tables& f, const In& in, int64_t rows, A* out, int32_t block) {
   int32_t node[kMaxBlock];
   for (int64_t start = 0; start < rows; start += block) {
     const int32_t n = static_cast<int32_t>(rows - start < block ? rows - start : block);
-    const X* xb = x + start * f.n_features;
+    const In xb = in.after(start);
     A* ob = out + start * f.n_outputs;
     for (int64_t t = 0; t < f.n_trees; ++t) {
-      walk<X, Zero, Cat>(f, t, xb, n, node);
+      walk<Zero, Cat>(f, t, xb, n, node);
       add_leaves<A, Vec>(f, t, node, n, ob);
     }
   }
@@ -306,20 +334,31 @@ void walk8(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t un
   if (f.tree_levels[t] > 0) below8<Zero>(f, t, b, rows, node);
 }
 
-// Rows [0, rows) of x into xt [F, block], zero-padded to a multiple of eight.
-inline int32_t transpose_block(const float* x, int64_t features, int32_t rows, int32_t block,
-                               float* xt) {
+// One feature's values of rows [0, rows) into col.
+inline void copy_feature(const RowMajor<float>& in, int32_t j, int32_t rows, float* col) {
+  for (int32_t r = 0; r < rows; ++r) col[r] = in.x[static_cast<int64_t>(r) * in.features + j];
+}
+
+inline void copy_feature(const ByFeature<float>& in, int32_t j, int32_t rows, float* col) {
+  std::memcpy(col, in.columns[j] + in.first, sizeof(float) * static_cast<size_t>(rows));
+}
+
+// Rows [0, rows) of the features the forest reads into xt [F, block], zero-padded to a
+// multiple of eight (the others are never read).
+template <typename In>
+inline int32_t block_of(const Tables& f, const In& in, int32_t rows, int32_t block, float* xt) {
   const int32_t padded = (rows + 7) & ~7;
-  for (int64_t j = 0; j < features; ++j) {
-    float* col = xt + j * block;
-    for (int32_t r = 0; r < rows; ++r) col[r] = x[r * features + j];
+  for (int64_t u = 0; u < f.n_used; ++u) {
+    const int32_t j = f.used[u];
+    float* col = xt + static_cast<int64_t>(j) * block;
+    copy_feature(in, j, rows, col);
     for (int32_t r = rows; r < padded; ++r) col[r] = 0.0f;
   }
   return padded;
 }
 
-template <typename A, bool Zero, bool Vec>
-void score8(const Tables& f, const float* x, int64_t rows, A* out, const Options& o) {
+template <typename A, bool Zero, bool Vec, typename In>
+void score8(const Tables& f, const In& in, int64_t rows, A* out, const Options& o) {
   int32_t log_block = 0;
   while ((1 << log_block) < o.block) ++log_block;
   std::vector<float> xt(static_cast<size_t>(f.n_features) * o.block);
@@ -327,7 +366,7 @@ void score8(const Tables& f, const float* x, int64_t rows, A* out, const Options
   int32_t node[kMaxBlock];
   for (int64_t start = 0; start < rows; start += o.block) {
     const int32_t n = static_cast<int32_t>(rows - start < o.block ? rows - start : o.block);
-    const int32_t padded = transpose_block(x + start * f.n_features, f.n_features, n, o.block, xt.data());
+    const int32_t padded = block_of(f, in.after(start), n, o.block, xt.data());
     A* ob = out + start * f.n_outputs;
     for (int64_t t = 0; t < f.n_trees; ++t) {
       walk8<Zero>(f, t, b, padded, o.uniform, node);
@@ -343,30 +382,46 @@ void score8(const Tables& f, const float* x, int64_t rows, A* out, const Options
 
 namespace {
 
-template <typename X, typename A, bool Zero, bool Cat>
-void by_leaves(const Tables& f, const void* x, int64_t rows, void* out, const Options& o) {
-  auto* xs = static_cast<const X*>(x);
+template <typename A, bool Zero, bool Cat, typename In>
+void by_leaves(const Tables& f, const In& in, int64_t rows, void* out, const Options& o) {
   auto* os = static_cast<A*>(out);
 #ifdef SCORING_WALK_AVX2
-  if constexpr (std::is_same_v<X, float> && !Cat) {
+  if constexpr (std::is_same_v<typename In::Value, float> && !Cat) {
     if (o.vector) {
-      if (f.vector_leaves) score8<A, Zero, true>(f, xs, rows, os, o);
-      else score8<A, Zero, false>(f, xs, rows, os, o);
+      if (f.vector_leaves) score8<A, Zero, true>(f, in, rows, os, o);
+      else score8<A, Zero, false>(f, in, rows, os, o);
       return;
     }
   }
 #endif
-  if (f.vector_leaves) score<X, A, Zero, Cat, true>(f, xs, rows, os, o.block);
-  else score<X, A, Zero, Cat, false>(f, xs, rows, os, o.block);
+  if (f.vector_leaves) score<A, Zero, Cat, true>(f, in, rows, os, o.block);
+  else score<A, Zero, Cat, false>(f, in, rows, os, o.block);
 }
 
-template <typename X, typename A>
-void by_tests(const Tables& f, bool zero, bool cat, const void* x, int64_t rows, void* out,
+template <typename A, typename In>
+void by_tests(const Tables& f, bool zero, bool cat, const In& in, int64_t rows, void* out,
               const Options& o) {
-  if (zero && cat) by_leaves<X, A, true, true>(f, x, rows, out, o);
-  else if (zero) by_leaves<X, A, true, false>(f, x, rows, out, o);
-  else if (cat) by_leaves<X, A, false, true>(f, x, rows, out, o);
-  else by_leaves<X, A, false, false>(f, x, rows, out, o);
+  if (zero && cat) by_leaves<A, true, true>(f, in, rows, out, o);
+  else if (zero) by_leaves<A, true, false>(f, in, rows, out, o);
+  else if (cat) by_leaves<A, false, true>(f, in, rows, out, o);
+  else by_leaves<A, false, false>(f, in, rows, out, o);
+}
+
+// The input as float or double values (x64), summed as float or double (acc64):
+// `make(values)` is the input for a null pointer of the values' type.
+template <typename Make>
+void by_types(const Tables& f, int32_t x64, int32_t acc64, bool zero, bool cat, Make make,
+              int64_t rows, void* out, const Options& o) {
+  const double* as64 = nullptr;
+  const float* as32 = nullptr;
+  if (x64 && acc64) by_tests<double>(f, zero, cat, make(as64), rows, out, o);
+  else if (x64) by_tests<float>(f, zero, cat, make(as64), rows, out, o);
+  else if (acc64) by_tests<double>(f, zero, cat, make(as32), rows, out, o);
+  else by_tests<float>(f, zero, cat, make(as32), rows, out, o);
+}
+
+bool valid(int32_t block, int32_t uniform) {
+  return block >= 16 && block <= kMaxBlock && !(block & (block - 1)) && uniform >= 0;
 }
 
 }  // namespace
@@ -388,12 +443,26 @@ int32_t walk_vector_lanes() {
 int32_t walk_score(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, int32_t cat,
                    const void* x, int64_t rows, void* out, int32_t block, int32_t uniform,
                    int32_t vector) {
-  if (block < 16 || block > kMaxBlock || (block & (block - 1)) || uniform < 0) return -1;
-  const Options o{block, uniform, vector};
-  if (x64 && acc64) by_tests<double, double>(*f, zero, cat, x, rows, out, o);
-  else if (x64) by_tests<double, float>(*f, zero, cat, x, rows, out, o);
-  else if (acc64) by_tests<float, double>(*f, zero, cat, x, rows, out, o);
-  else by_tests<float, float>(*f, zero, cat, x, rows, out, o);
+  if (!valid(block, uniform)) return -1;
+  auto make = [&](auto typed) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    return RowMajor<X>{static_cast<const X*>(x), f->n_features};
+  };
+  by_types(*f, x64, acc64, zero, cat, make, rows, out, Options{block, uniform, vector});
+  return 0;
+}
+
+// walk_score over rows [first, first + rows) of one array per feature: columns[j] is
+// feature j's values (x64: doubles), each contiguous.
+int32_t walk_score_columns(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, int32_t cat,
+                           const void* const* columns, int64_t first, int64_t rows, void* out,
+                           int32_t block, int32_t uniform, int32_t vector) {
+  if (!valid(block, uniform)) return -1;
+  auto make = [&](auto typed) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    return ByFeature<X>{reinterpret_cast<const X* const*>(columns), first};
+  };
+  by_types(*f, x64, acc64, zero, cat, make, rows, out, Options{block, uniform, vector});
   return 0;
 }
 
