@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 
 from ._bundle import Bundle, schema_of
-from ._compiler import choose_strategy, fused_pays
+from ._compiler import choose_strategy
 from ._drift import Profile, profile
 from ._frameworks import (
     dump_model,
@@ -53,8 +53,6 @@ def _strategies(forest: Forest, device_type: str) -> list[str]:
     """Every strategy ``auto`` may pick on this device type (batch size decides on CUDA)."""
     device = torch.device(device_type)
     picks = {choose_strategy(forest, device=device, batch_size=b).name for b in (None, 4096)}
-    if device.type == "cpu" and fused_pays(forest):
-        picks.add("fused")  # auto's tensor candidate there, timed against native
     return sorted(picks)
 
 

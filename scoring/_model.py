@@ -5,9 +5,10 @@ The backend is picked, checked and recorded here:
 * ``tensor``: our compiler (the default on CUDA);
 * ``native``: the framework's own predictor (the reference, often fastest on CPU);
 * ``hummingbird``: hummingbird-ml, verified against native unless ``verify=False``;
-* ``auto``: tensor on CUDA; on CPU whichever of tensor (``fused`` for a large forest,
-  see :func:`fused_pays`) and native scores a probe batch faster, with both timings
-  kept in :attr:`CompiledModel.selection`.
+* ``auto``: tensor on CUDA; on CPU whichever of tensor (``fused``) and native scores
+  probe batches faster as a job runs them (one thread per call, in alternation over
+  rounds: :func:`_fastest_on_cpu`), with both medians kept in
+  :attr:`CompiledModel.selection`.
 
 Every compiled model knows the sha256 of its canonical bytes (:attr:`CompiledModel.sha256`),
 whatever form it came in: that is what jobs, caches and reports are keyed by.
@@ -16,7 +17,7 @@ whatever form it came in: that is what jobs, caches and reports are keyed by.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,6 @@ from ._backends.hummingbird import HummingbirdBackend
 from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
-from ._compiler import fused_pays
 from ._frameworks import dump_model, import_model, library_versions, model_object
 from ._inputs import model_columns, prepare
 from ._ir import Forest
@@ -229,6 +229,12 @@ def compile_imported(
     """Compile a model already imported into ``forest``."""
     if backend not in BACKENDS:
         raise CompileError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "native" and strategy != "auto":  # never silently another backend
+        raise CompileError(
+            f"strategy {strategy!r} is the tensor backend's, and backend 'native' is the "
+            "framework's own predictor; name backend 'tensor' (or 'auto') with it, or "
+            "leave the strategy out"
+        )
     dev = resolve_device(device)
     impl: Backend
     timings: dict[str, float] = {}
@@ -237,15 +243,12 @@ def compile_imported(
     elif backend == "hummingbird":
         impl = HummingbirdBackend(model, forest, device=dev, strategy=strategy, verify=verify)
     else:
-        # On CPU a large forest's tensor candidate is ``fused`` alone: the eager
-        # strategies walk the same trees 5-10x slower there, and building and timing
-        # one would cost a new model's first row about half a second.  A strategy asked
-        # for by name is what runs: it names the tensor backend.
+        # On CPU the tensor candidate is what ``auto`` picks there, ``fused``: the eager
+        # strategies walk the same trees 5-14x slower.  A strategy asked for by name is
+        # what runs: it names the tensor backend.
         on_cpu = backend == "auto" and dev.type == "cpu" and strategy == "auto"
-        large = on_cpu and fused_pays(forest)
         try:
-            impl = TensorBackend(forest, device=dev, strategy="fused" if large else strategy,
-                                 batch_size=batch_size)  # fmt: skip
+            impl = TensorBackend(forest, device=dev, strategy=strategy, batch_size=batch_size)
         except CompileError as exc:
             if not on_cpu:
                 raise
@@ -267,24 +270,77 @@ def _schedule_of(impl: Backend) -> dict[str, float]:
     return {} if kernel is None else kernel.selection()
 
 
+#: Rows per probe call, and rounds: a close call (within :data:`_CLOSE`) gets more.
+_PROBE_ROWS = 2048
+_ROUNDS, _MORE_ROUNDS, _CLOSE = 3, 4, 0.2
+
+
 def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend, dict[str, float]]:
-    """Time each on the same probe rows (after a warm-up, which is also where ``fused``
-    compiles) and keep the fastest; timings are keyed ``native`` or ``tensor:<strategy>``."""
-    rows = probe_rows(forest, n_rows=4096, special=False)
+    """Each candidate timed as a job runs it on CPU (one thread per call where native
+    has such calls: :meth:`Backend.for_parallel_calls`), on the same probe rows, in
+    alternation over rounds; the lowest median wins.  One timing each at one moment let
+    the machine's load decide (a busy core flipped the pick to a backend 2.5x slower);
+    in alternation the load falls on every candidate alike.  Timings: each one's median seconds per
+    call, keyed ``native`` or ``tensor:<strategy>``, and the rounds run."""
+    rows = probe_rows(forest, n_rows=_PROBE_ROWS, special=False)
     rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
     # Backends take validated matrices, where an encoded column holds codes; the native
     # predictor reads what the user passed, where it holds labels (an encoder's, or
     # HistGradientBoosting's own categories, which may be text).
     labelled = as_frame(rows, forest) if forest.encoded or forest.recode_categories else rows
-    timings = {}
-    for impl in candidates:
-        X = labelled if isinstance(impl, NativeBackend) else rows
-        impl.predict_raw(X[:64])
-        start = time.perf_counter()
-        impl.predict_raw(X)
-        timings[_selection_key(impl)] = time.perf_counter() - start
-    best = min(candidates, key=lambda impl: timings[_selection_key(impl)])
-    return best, timings
+    # One thread per call where every candidate has such calls (the engine then runs
+    # them side by side); else each with its own threads, one call at a time.
+    single = all(impl.for_parallel_calls() is not None for impl in candidates
+                 if isinstance(impl, NativeBackend))  # fmt: skip
+    calls = [_call(impl, labelled if isinstance(impl, NativeBackend) else rows, single=single)
+             for impl in candidates]  # fmt: skip
+    medians, rounds = medians_in_alternation(calls)
+    best = candidates[int(np.argmin(medians))]
+    timings = {_selection_key(impl): m for impl, m in zip(candidates, medians, strict=True)}
+    return best, {**timings, "auto.rounds": float(rounds)}
+
+
+def medians_in_alternation(calls: Sequence[Callable[[], Any]]) -> tuple[list[float], int]:
+    """Each call's median seconds over rounds that run every call once, in turn, after
+    one warm-up each (where ``fused`` measures its schedule); :data:`_ROUNDS` rounds,
+    :data:`_MORE_ROUNDS` more when the two fastest are within :data:`_CLOSE`.  Also
+    the rounds run."""
+    seconds: list[list[float]] = [[] for _ in calls]
+    for call in calls:
+        call()
+    for round_ in range(_ROUNDS + _MORE_ROUNDS):
+        if round_ == _ROUNDS and not _close(seconds):
+            break
+        for call, taken in zip(calls, seconds, strict=True):
+            start = time.perf_counter()
+            call()
+            taken.append(time.perf_counter() - start)
+    return [float(np.median(taken)) for taken in seconds], len(seconds[0])
+
+
+def _close(seconds: list[list[float]]) -> bool:
+    medians = sorted(float(np.median(taken)) for taken in seconds)
+    return len(medians) > 1 and medians[1] < medians[0] * (1 + _CLOSE)
+
+
+def _call(impl: Backend, X: Any, *, single: bool) -> Callable[[], Any]:
+    """``predict_raw(X)`` as the engine calls it on CPU: with ``single``, on one thread
+    (native through its one-thread copy, tensor with torch's count set to one)."""
+    if not single:
+        return lambda: impl.predict_raw(X)
+    if isinstance(impl, NativeBackend):
+        one = impl.for_parallel_calls() or impl
+        return lambda: one.predict_raw(X)
+
+    def call() -> None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            impl.predict_raw(X)
+        finally:
+            torch.set_num_threads(before)
+
+    return call
 
 
 def _selection_key(impl: Backend) -> str:

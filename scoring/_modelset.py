@@ -33,6 +33,7 @@ import zipfile
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,7 @@ from ._model import (
     bundle_origin,
     compile_imported,
     compile_model,
+    medians_in_alternation,
     resolve_device,
 )
 from ._parity import probe_rows
@@ -332,25 +334,25 @@ def _faster_on_cpu(
     groups: list[_Group], restored: list[tuple[Any, Any]]
 ) -> tuple[list[_Group], dict[str, float]]:
     """Each group kept where its combined forest scores probe rows faster than its
-    members' native predictors one after the other; both timings kept."""
+    members' native predictors one after the other, timed in alternation over rounds
+    (:func:`medians_in_alternation`); both medians kept."""
     kept, timings = [], {}
     for n, group in enumerate(groups):
         rows = [_probe(restored[i][1]) for i in group.members]
         union = group.union(rows)
         natives = [NativeBackend(*restored[i]) for i in group.members]
-        group.margins(union[:64])  # warm-up: where ``fused`` compiles
-        for native, x in zip(natives, rows, strict=True):
-            native.predict_raw(x[:64])
-        began = time.perf_counter()
-        group.margins(union)
-        timings[f"group{n}:tensor"] = combined = time.perf_counter() - began
-        began = time.perf_counter()
-        for native, x in zip(natives, rows, strict=True):
-            native.predict_raw(x)
-        timings[f"group{n}:native"] = alone = time.perf_counter() - began
-        if combined <= alone:
+        (combined, apart), _ = medians_in_alternation(
+            [partial(group.margins, union), partial(_in_turn, natives, rows)]
+        )
+        timings[f"group{n}:tensor"], timings[f"group{n}:native"] = combined, apart
+        if combined <= apart:
             kept.append(group)
     return kept, timings
+
+
+def _in_turn(natives: list[NativeBackend], rows: list[np.ndarray]) -> None:
+    for native, x in zip(natives, rows, strict=True):
+        native.predict_raw(x)
 
 
 def _probe(forest: Any) -> np.ndarray:

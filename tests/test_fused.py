@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import scoring
-from scoring._compiler import FUSED_MIN_TESTS, fused_pays
+from scoring._compiler import FUSED_MIN_TESTS, fused_fits
 from scoring._compiler.kernels import depth_stages
 from scoring._parity import leaf_rows, probe_rows
 
@@ -66,17 +67,33 @@ def test_every_row_of_a_padded_block_is_its_own() -> None:
     np.testing.assert_array_equal(cm.predict_leaf(some), native.predict_leaf(some))
 
 
-def test_fused_is_timed_by_auto_only_where_a_compile_pays() -> None:
-    small = built("xgb_clf")[1]
-    assert not fused_pays(small)
-    cm = scoring.compile(built("xgb_clf")[0], device="cpu")
-    assert "tensor:fused" not in cm.selection
-    big = dataclasses.replace(RECIPES["xgb_clf"], n_trees=FUSED_MIN_TESTS // 4, depth=4)
-    cm = scoring.compile(big.build(), device="cpu")
-    assert fused_pays(cm.forest)
-    assert {"native", "tensor:fused"} <= set(cm.selection)
-    fastest = min(cm.selection, key=cm.selection.__getitem__)
-    assert fastest == (cm.backend if cm.strategy is None else f"tensor:{cm.strategy}")
+@pytest.mark.parametrize("name", ["xgb_clf", "lgb_cat", "sk_rf_clf", "sk_chain_clf"])
+def test_the_tensor_backend_on_cpu_runs_the_shared_kernel(name: str) -> None:
+    """``auto`` on CPU is ``fused`` wherever its tables fit, small forests too (a chain:
+    each stage); the backend ``auto`` times it against native and records both."""
+    model, forest, _ = built(name)
+    assert fused_fits(forest)
+    cm = scoring.compile(model, backend="tensor", device="cpu")
+    assert cm.strategy == "fused" and "the kernel every forest shares" in cm.strategy_reason
+    auto = scoring.compile(model, device="cpu")
+    if not forest.stages:
+        assert {"native", "tensor:fused", "auto.rounds"} <= set(auto.selection)
+        timed = {k: v for k, v in auto.selection.items() if k in ("native", "tensor:fused")}
+        fastest = min(timed, key=timed.__getitem__)
+        assert fastest == (auto.backend if auto.strategy is None else f"tensor:{auto.strategy}")
+
+
+def test_a_forest_past_the_kernel_s_ids_falls_back_to_an_eager_strategy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import scoring._compiler as compiler
+
+    forest = built("xgb_clf")[1]
+    widest = max(t.n_nodes for t in forest.trees)
+    too_many = SimpleNamespace(n_trees=2**31 // widest + 1, trees=forest.trees)
+    assert fused_fits(forest) and not fused_fits(too_many)  # type: ignore[arg-type]
+    monkeypatch.setattr(compiler, "fused_fits", lambda forest: False)
+    assert compiler.choose_strategy(forest, device=torch.device("cpu")).name != "fused"
 
 
 def test_auto_on_cuda_picks_fused_for_large_forests() -> None:

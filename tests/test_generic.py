@@ -23,7 +23,7 @@ import torch
 
 import scoring
 from scoring._compiler import compile_forest
-from scoring._compiler.generic import CHUNK_ROWS, GenericWalk, Schedule, _library_root
+from scoring._compiler.generic import GenericWalk, Schedule, _library_root
 from scoring._ir import Forest
 from scoring._parity import probe_rows
 
@@ -102,7 +102,9 @@ def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
 def test_threads_and_row_chunks_change_no_bit() -> None:
     model, forest, _ = built("xgb_multi")
     cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
-    rows = probe_rows(forest, n_rows=3 * CHUNK_ROWS + 5, seed=2).astype(np.float32)
+    chunk = cm.implementation.module.kernel.walk.chunk_rows
+    assert chunk % 256 == 0 and 256 <= chunk <= 1 << 16
+    rows = probe_rows(forest, n_rows=3 * chunk + 5, seed=2).astype(np.float32)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -112,7 +114,7 @@ def test_threads_and_row_chunks_change_no_bit() -> None:
     finally:
         torch.set_num_threads(threads)
     np.testing.assert_array_equal(spread, alone)
-    for n in (0, 1, 17, CHUNK_ROWS, CHUNK_ROWS + 1):  # each row is its own, in any batch
+    for n in (0, 1, 17, chunk, chunk + 1):  # each row is its own, in any batch
         np.testing.assert_array_equal(cm.predict_raw(rows[:n]), alone[:n])
 
 
@@ -123,7 +125,8 @@ def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
     assert walk.timings and walk.schedule == min(walk.timings, key=walk.timings.__getitem__)
     s = walk.schedule
     assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
-                            "fused.block": s.block, "fused.vector": float(s.vector)}  # fmt: skip
+                            "fused.block": s.block, "fused.vector": float(s.vector),
+                            "fused.chunk_rows": float(walk.chunk_rows)}  # fmt: skip
     assert s.described() in cm.strategy_reason
     rows = probe_rows(forest, n_rows=500, seed=8)
     frame = pa.table({f"f{j}": rows[:, j] for j in range(rows.shape[1])})

@@ -86,9 +86,12 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     manifest = json.loads((tmp_path / "out" / "_scoring_manifest.json").read_text())
     assert manifest["rows"] == 4000 and (tmp_path / "out" / "_SUCCESS").exists()
     assert manifest["metadata"]["scoring._model.sha256"] == result.sha256
-    # Drift counted in the actors, from their journal entries, as the local engine counts.
+    # Drift counted in the actors, from their journal entries, as the local engine counts
+    # with the backend they picked (``auto`` measures in each process: probabilities of
+    # native and tensor may differ in the last bits, and a bin edge between them).
     local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", model, keep=["id"],
-                                  progress=False, monitor=reference)  # fmt: skip
+                                  progress=False, monitor=reference,
+                                  backend=result.backend)  # fmt: skip
     assert result.drift_counts == local.drift_counts and local.drift_counts is not None
     assert all(sum(bins) == 4000 for bins in local.drift_counts.values())
 

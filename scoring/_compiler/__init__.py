@@ -2,6 +2,9 @@
 
 ``compile_forest`` is the stage's verb.  Strategy choice (``strategy="auto"``):
 
+* on CPU ``fused``, the kernel every forest shares, wherever its tables fit (int32
+  node ids: :func:`fused_fits`): it scored 5-14x the eager strategies on the benchmark
+  shapes and ahead of them on the trivial one (``benchmarks/results``);
 * ``gemm`` for shallow forests (depth <= 3, or <= 6 for small batches on CUDA): one
   batched matmul beats per-level gathers when trees are tiny;
 * ``perfect_tree_traversal`` up to depth 10 while its 2**depth layout fits the memory
@@ -15,7 +18,7 @@ raises :class:`ResourceLimitError` naming the strategies that fit.
 ``fused`` walks every tree of a row block in one kernel, the forest passed as tables
 built by one layout builder for both devices (:mod:`.generic`).  On CPU that is one C++
 kernel compiled once per machine, with its layout and schedule chosen per model by
-measurement; ``auto`` times it against native (``scoring._model``).  On CUDA it is one
+measurement; the backend ``auto`` times it against native (``scoring._model``).  On CUDA it is one
 Triton kernel (:mod:`.triton_walk`), compiled once per machine and variant, never per
 model, its schedule measured per model with device events; ``auto`` picks it for
 forests large enough to repay that measurement (:func:`fused_pays`).  ``triton`` is
@@ -71,6 +74,7 @@ __all__ = [
     "TensorForest",
     "compile_forest",
     "choose_strategy",
+    "fused_fits",
     "fused_pays",
     "transform",
 ]
@@ -117,6 +121,11 @@ def choose_strategy(
     batch_size: int | None = None,
     max_layout_bytes: int = LAYOUT_MAX_BYTES,
 ) -> StrategyChoice:
+    eager_fits = _perfect_fits(forest, max_layout_bytes) or (
+        traversal_layout_bytes(forest) <= max_layout_bytes
+    )  # fused keeps one, for leaf ids
+    if device.type == "cpu" and fused_fits(forest) and eager_fits:
+        return StrategyChoice("fused", "CPU: the kernel every forest shares")
     if device.type == "cuda" and fused_pays(forest):
         return StrategyChoice("fused", "CUDA, forest large enough to repay measuring a schedule")
     depth = forest.max_depth
@@ -137,6 +146,12 @@ def choose_strategy(
 def _perfect_fits(forest: Forest, max_bytes: int) -> bool:
     """Whether the perfect layout is worth it (depth <= 10) and within its memory limit."""
     return forest.max_depth <= 10 and perfect_layout_bytes(forest) <= max_bytes
+
+
+def fused_fits(forest: Forest) -> bool:
+    """Whether the shared walk's tables address the forest (int32 ids: every tree takes
+    as many slots as the largest)."""
+    return forest.n_trees * max((t.n_nodes for t in forest.trees), default=1) < 2**31
 
 
 def fused_pays(forest: Forest) -> bool:

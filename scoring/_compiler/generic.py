@@ -13,9 +13,9 @@ against the per-model compiled walk's 195k; inductor's generated loops gather on
 at a time and cannot test a whole level of the top of every tree at once.  It needs
 only the system's C++ compiler, which ``torch.compile`` on CPU needs too; the library
 is plain C ABI (no torch headers: it builds in about 7 s), and ``ctypes`` lets go of the
-GIL while it runs, so row chunks are spread over threads from Python
-(:data:`CHUNK_ROWS` per call, taken in turn: a busy core slows its own chunks only,
-where an OpenMP team waits for its slowest thread at every barrier).
+GIL while it runs, so row chunks are spread over threads from Python (sized per forest,
+:func:`_chunk_rows`, and taken in turn: a busy core slows its own chunks only, where
+an OpenMP team waits for its slowest thread at every barrier).
 
 What the measurements kept, and left (same machine, one run each, in alternation):
 
@@ -77,9 +77,16 @@ __all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_l
 _SOURCE = Path(__file__).with_name("walk.cpp")
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno",
           "-shared", "-fPIC")  # fmt: skip
-#: Rows per kernel call: enough to amortise the call, few enough that two threads share
-#: a batch evenly when one core is busy.
+#: Rows per kernel call where a forest's cost per row was not measured (a schedule
+#: given): enough to amortise the call, few enough that two threads share a batch
+#: evenly when one core is busy.
 CHUNK_ROWS = 2048
+#: Otherwise a chunk is the rows one core walks in about this long: a handoff to a
+#: helper thread costs tens of microseconds, so a call is spread over threads only
+#: where each gets that much work (a 1-tree forest walks 100k rows in less), and a big
+#: forest's calls of a few thousand rows still use every core.
+_CHUNK_SECONDS = 5e-4
+_CHUNK_MIN, _CHUNK_MAX = 256, 1 << 16
 #: Deepest heap-ordered top: 2**10 positions per tree.
 _MAX_TOP = 10
 
@@ -420,10 +427,13 @@ class GenericWalk:
         self.timings: dict[Schedule, float] = {}
         #: Tables the schedule's measurement built, by top depth: the chosen one is kept.
         self._measured: dict[int, _WalkTables] = {}
+        #: Rows per call on a thread (see :data:`_CHUNK_SECONDS`), once measured.
+        self.chunk_rows = CHUNK_ROWS
         self.schedule = schedule or choose_schedule(self)
         top = self.schedule.top_depth
         self.tables = self._measured.get(top) or self.tables_for(top)
         self._measured.clear()
+        self.chunk_rows = _chunk_rows(self.timings.get(self.schedule))
 
     def tables_for(self, top_depth: int) -> _WalkTables:
         return _WalkTables(self._forest, self._linked, top_depth)
@@ -437,7 +447,8 @@ class GenericWalk:
 
     def run(self, tables: _WalkTables, schedule: Schedule, rows: np.ndarray | Columns,
             x64: bool, out: np.ndarray, *, threads: bool) -> None:  # fmt: skip
-        """Every tree's leaf added to ``out``, in chunks of :data:`CHUNK_ROWS` rows."""
+        """Every tree's leaf added to ``out``: one call, or with ``threads`` calls of
+        :attr:`chunk_rows` rows each taken in turn by torch's threads."""
         struct = ctypes.byref(tables.structs[x64])
         args = (int(x64), int(self.acc == torch.float64), self.zero, self.cat)
         options = (schedule.block, schedule.uniform, int(schedule.vector))
@@ -455,9 +466,9 @@ class GenericWalk:
                 return int(self.lib.walk_score(struct, *args, x_at, count, out_at, *options))
 
         n = len(rows)
-        starts = range(0, n, CHUNK_ROWS)
-        workers = min(torch.get_num_threads(), len(starts)) if threads else 1
-        step = CHUNK_ROWS if workers > 1 else max(n, 1)  # chunks only to share the rows
+        chunks = -(-n // self.chunk_rows)
+        workers = min(torch.get_num_threads(), chunks) if threads else 1
+        step = self.chunk_rows if workers > 1 else max(n, 1)  # chunks only to share the rows
 
         def chunk(first: int) -> None:
             out_at = out.ctypes.data + first * out.shape[1] * out.itemsize
@@ -476,6 +487,15 @@ class GenericWalk:
         if rows.dtype == np.float32:
             return rows, False
         return rows.astype(np.float64, copy=False), True
+
+
+def _chunk_rows(probe_seconds: float | None) -> int:
+    """Rows a core walks in :data:`_CHUNK_SECONDS`, from the schedule's timing of
+    :data:`_PROBE_ROWS` rows on one thread; a multiple of 256 (a whole number of blocks)."""
+    if not probe_seconds:
+        return CHUNK_ROWS
+    rows = _CHUNK_SECONDS / (probe_seconds / _PROBE_ROWS)
+    return int(min(_CHUNK_MAX, max(_CHUNK_MIN, -(-int(rows) // 256) * 256)))
 
 
 def narrowed(rows: np.ndarray) -> np.ndarray:

@@ -87,7 +87,10 @@ class WalkKernel:
         return self.eager.leaf_ids(x)
 
     def selection(self) -> dict[str, float]:
-        return self.walk.schedule.selection()
+        chosen = self.walk.schedule.selection()
+        if isinstance(self.walk, GenericWalk):  # rows per call on a thread, measured too
+            chosen["fused.chunk_rows"] = float(self.walk.chunk_rows)
+        return chosen
 
 
 class CompiledKernel:

@@ -63,6 +63,7 @@ def score_parquet(
     outputs: str | Sequence[str] = "default",
     device: str = "auto",
     backend: str = "auto",
+    strategy: str = "auto",
     registry: str | os.PathLike[str] | ModelStore | None = None,
     overwrite: bool = False,
     verify: bool = False,
@@ -87,6 +88,9 @@ def score_parquet(
     ``overwrite_partitions`` (only the partitions this run writes are replaced: Spark's
     dynamic partition overwrite).  ``partition_by``: the table's partition columns, kept
     columns that partition the input (a nightly input's ``date=`` folders).
+
+    ``backend`` and ``strategy`` as :func:`scoring.compile` takes them: a strategy named
+    is what runs on every worker (it implies the tensor backend).
 
     ``model``: one model, or a list of them scored in one pass over the input, each
     item a model or ``{"model": ..., "prefix": ..., "where": ...}`` (columns
@@ -123,7 +127,7 @@ def score_parquet(
     stores = store_config(storage_options, [source_url, str(output), *registry_url])
     with configured(stores), output_failures(str(output)):
         source = resolve_model(model, registry=registry, device=device, backend=backend,
-                               local=runner.local)  # fmt: skip
+                               strategy=strategy, local=runner.local)  # fmt: skip
         data = (
             input if isinstance(input, InputDataset) else open_input(input, version=input_version)
         )
@@ -131,7 +135,7 @@ def score_parquet(
         try:
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
-                           backend=backend, lease=lease, stores=stores,
+                           backend=backend, strategy=strategy, lease=lease, stores=stores,
                            output_format=output_format, mode=mode, partition_by=partition_by,
                            settings={"engine_options": dict(engine_options or {})})  # fmt: skip
             run.monitor = monitor

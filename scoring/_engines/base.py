@@ -210,6 +210,7 @@ class Run:
     outputs: str = "default"
     device: str = "auto"  # as asked for: engines with workers resolve it there
     backend: str = "auto"
+    strategy: str = "auto"
     stores: StoreConfig = field(default_factory=dict)  # workers' fsspec options
     started: float = field(default_factory=time.perf_counter)
     #: The model's reference profile: each file's rows are counted into its bins (drift).
@@ -249,6 +250,7 @@ def resolve_model(
     registry: str | os.PathLike[str] | ModelStore | None = None,
     device: str = "auto",
     backend: str = "auto",
+    strategy: str = "auto",
     local: bool = True,
 ) -> ModelSource:
     """A registry reference (``name@alias``), a Bundle, a model file, a fitted model or a
@@ -261,7 +263,8 @@ def resolve_model(
     if isinstance(model, (list, tuple)):
         bundles = bundle_set(model, registry=registry)
         if local:
-            return ModelSource(compile_set(bundles, backend=backend, device=device), bundles)
+            return ModelSource(compile_set(bundles, backend=backend, device=device,
+                                           strategy=strategy), bundles)  # fmt: skip
         return ModelSource(compile_set(bundles, backend="native"), bundles)
     if isinstance(model, CompiledModel):
         if not local:
@@ -276,10 +279,11 @@ def resolve_model(
         store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
         bundle = store.bundle(model)
     if bundle is None and local:  # compiled from the object itself, hashed once
-        return ModelSource(compile_model(model, backend=backend, device=device), None)
+        return ModelSource(compile_model(model, backend=backend, device=device,
+                                         strategy=strategy), None)  # fmt: skip
     bundle = bundle or Bundle.of(model)
     if local:
-        compiled = compile_model(bundle, backend=backend, device=device)
+        compiled = compile_model(bundle, backend=backend, device=device, strategy=strategy)
         if store is not None:  # a stored version scores only with a verified choice
             compiled.verified = ensure_verified(store, bundle, compiled)
         return ModelSource(compiled, bundle)
@@ -379,6 +383,7 @@ def plan_run(
     engine: Engine,
     device: str = "auto",
     backend: str = "auto",
+    strategy: str = "auto",
     lease: OutputLease | None = None,
     stores: StoreConfig | None = None,
     output_format: str = "parquet",
@@ -424,7 +429,8 @@ def plan_run(
     done = {} if complete or not engine.resumes else committer.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
-               outputs=outputs, device=device, backend=backend, stores=stores or {})  # fmt: skip
+               outputs=outputs, device=device, backend=backend, strategy=strategy,
+               stores=stores or {})  # fmt: skip
 
 
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:

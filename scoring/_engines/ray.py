@@ -89,6 +89,7 @@ class _Spec:
     schema: pa.Schema
     device: str
     backend: str
+    strategy: str
     threads: int
     stores: StoreConfig
     monitor: Profile | None = None  # counted into each file's journal entry
@@ -109,9 +110,8 @@ class _FileWorker:
 
     def __init__(self, spec: _Spec):
         install(spec.stores)  # for this actor's lifetime: it scores this run only
-        model = load_bundle(
-            spec.bundle, device=spec.device, backend=spec.backend, threads=spec.threads
-        )
+        model = load_bundle(spec.bundle, device=spec.device, backend=spec.backend,
+                            strategy=spec.strategy, threads=spec.threads)  # fmt: skip
         scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
         metadata = output_metadata(model)
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
@@ -263,6 +263,7 @@ class RayEngine:
             schema=run.schema,
             device=plan.device,
             backend=run.backend,
+            strategy=run.strategy,
             threads=plan.threads,
             stores=run.stores,
             monitor=run.monitor,

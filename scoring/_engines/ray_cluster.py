@@ -175,7 +175,8 @@ def _plan(
     return WorkerPlan(workers, usable / workers, 0.0, "cpu")
 
 
-def load_bundle(ref: tuple[Any], *, device: str, backend: str, threads: int) -> Scoring:
+def load_bundle(ref: tuple[Any], *, device: str, backend: str, strategy: str = "auto",
+                threads: int) -> Scoring:  # fmt: skip
     """The model (or a set's) from the object store, checksum verified, compiled once per process.
 
     ``ref`` is a 1-tuple so that Ray hands the actor the reference, not the value: the
@@ -187,7 +188,7 @@ def load_bundle(ref: tuple[Any], *, device: str, backend: str, threads: int) -> 
     if device == "cpu":
         torch.set_num_threads(threads)
     bundle = load_payload(ray.get(ref[0]))  # raises IntegrityError on a bad payload
-    return compiled(bundle, device=device, backend=backend)
+    return compiled(bundle, device=device, backend=backend, strategy=strategy)
 
 
 def worker_name() -> str:

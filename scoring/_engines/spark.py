@@ -125,11 +125,11 @@ def task_device(requested: str) -> str:
     return f"cuda:{index}"
 
 
-def worker_model(payload: Any, *, device: str, backend: str) -> Scoring:
+def worker_model(payload: Any, *, device: str, backend: str, strategy: str = "auto") -> Scoring:
     """The broadcast bundle (or a set's), checksum verified, compiled once per Python
-    worker for each (model sha256, backend, device)."""
+    worker for each (model sha256, backend, strategy, device)."""
     bundle = load_payload(payload.value)  # raises IntegrityError on a bad payload
-    return compiled(bundle, device=task_device(device), backend=backend)
+    return compiled(bundle, device=task_device(device), backend=backend, strategy=strategy)
 
 
 def score_frame(
@@ -140,6 +140,7 @@ def score_frame(
     outputs: str = "default",
     device: str = "auto",
     backend: str = "auto",
+    strategy: str = "auto",
     ran: Any = None,
     monitor: Profile | None = None,
     counted: Any = None,
@@ -160,7 +161,7 @@ def score_frame(
     payload = df.sparkSession.sparkContext.broadcast(source.shipped().to_bytes())
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        cm = worker_model(payload, device=device, backend=backend)
+        cm = worker_model(payload, device=device, backend=backend, strategy=strategy)
         worker = scorer_for(cm, keep=kept, outputs=outputs)
         rows, drift = 0, None
         for batch in batches:
@@ -236,7 +237,8 @@ class SparkEngine:
         ran = spark.sparkContext.accumulator({}, Tally())
         drift = spark.sparkContext.accumulator({}, DriftTally()) if run.monitor else None
         scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
-                             device=run.device, backend=run.backend, ran=ran,
+                             device=run.device, backend=run.backend,
+                             strategy=run.strategy, ran=ran,
                              monitor=run.monitor, counted=drift)  # fmt: skip
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
         partitions = getattr(run.committer, "partition_by", [])

@@ -110,6 +110,11 @@ def score(
     ),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N"),
     backend: str = typer.Option("auto", help="auto, tensor, native or hummingbird"),
+    strategy: str = typer.Option(
+        "auto",
+        help="the tensor backend's: auto (fused on CPU), fused, compiled, gemm, "
+        "tree_traversal, perfect_tree_traversal or triton; a strategy named runs as named",
+    ),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
     output_format: str = typer.Option(
         "parquet", "--format", help="parquet, or delta: the output a Delta Lake table"
@@ -164,6 +169,7 @@ def score(
             outputs=_outputs(outputs, reasons, reasons_by),
             device=device,
             backend=backend,
+            strategy=strategy,
             registry=store,
             overwrite=overwrite,
             verify=verify,

@@ -138,12 +138,15 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     began = time.perf_counter()
     with mlflow_tracking(spec.mlflow_uri):
         source = resolve_model(spec.model_arg, registry=store, device=spec.device,
-                               backend=spec.backend, local=engine.local)  # fmt: skip
+                               backend=spec.backend, strategy=spec.strategy,
+                               local=engine.local)  # fmt: skip
     # Workers score on the job's device and backend: measure that, not the checker.
     model = (
         source.compiled
         if engine.local
-        else compile_payload(source.shipped(), device=spec.device, backend=spec.backend)
+        else compile_payload(
+            source.shipped(), device=spec.device, backend=spec.backend, strategy=spec.strategy
+        )
     )
     compile_seconds = time.perf_counter() - began
     cache = _Cache(store)

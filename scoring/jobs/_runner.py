@@ -255,7 +255,7 @@ def _with_retries(
             report = score_parquet(
                 data, spec.output, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
-                verify=spec.verify, registry=spec.registry,
+                strategy=spec.strategy, verify=spec.verify, registry=spec.registry,
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
                 storage_options=spec.storage_options, monitor=checks.reference,
                 before_publish=checks, output_format=spec.format, mode=spec.mode,

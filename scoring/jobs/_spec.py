@@ -22,6 +22,7 @@
     reasons_by = "absolute"                     # or "signed": the largest increases
     device = "auto"
     backend = "auto"
+    strategy = "auto"                           # or fused, compiled, ...: it runs as named
     workers = "auto"                            # or a number (engines with workers)
     retries = 1                                 # reruns after a failure (they resume)
     verify = false                              # a complete output's files: sha256, not sizes
@@ -173,6 +174,8 @@ class JobSpec(_EngineTables):
     reasons_by: Literal["absolute", "signed"] = "absolute"
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     backend: Literal["auto", "tensor", "native", "hummingbird"] = "auto"
+    strategy: Literal["auto", "gemm", "tree_traversal", "perfect_tree_traversal", "fused",
+                      "compiled", "triton"] = "auto"  # fmt: skip
     workers: Literal["auto"] | int = "auto"
     retries: int = Field(default=0, ge=0, le=10)
     verify: bool = False
