@@ -106,23 +106,26 @@ class CompiledModel:
             return f"{self.origin['name']}@{self.origin['version']}"
         return self.forest.model_kind
 
-    def _input(self, X: Any, *, leaves: bool = False) -> Any:
-        mat = prepare(X, self.forest, leaves=leaves)  # typed errors for what native refuses
+    def _input(self, X: Any, *, leaves: bool = False, columns: bool = False) -> Any:
+        """``X`` validated (typed errors for what native refuses); with ``columns``, a
+        frame or Arrow table feature-major where the backend's kernel reads it so."""
+        columns = columns and self.implementation.takes_columns
+        mat = prepare(X, self.forest, leaves=leaves, columns=columns)
         # The native predictor reads the user's own rows, matched by name as ours are.
         return model_columns(X, self.forest) if self.backend == "native" else mat
 
     def predict(self, X: Any) -> np.ndarray:
         """What the native model's ``predict`` returns (class labels or values)."""
-        return self.implementation.predict(self._input(X))
+        return self.implementation.predict(self._input(X, columns=True))
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities ``[rows, n_classes]``, as scikit-learn returns them (for
         a classifier of several targets, a list of each target's ``[rows, n_classes_k]``)."""
-        return self.implementation.predict_proba(self._input(X))
+        return self.implementation.predict_proba(self._input(X, columns=True))
 
     def predict_raw(self, X: Any) -> np.ndarray:
         """Raw margins before the link function (IsolationForest: decision_function)."""
-        return self.implementation.predict_raw(self._input(X))
+        return self.implementation.predict_raw(self._input(X, columns=True))
 
     def predict_leaf(self, X: Any) -> np.ndarray:
         """The native predictor's leaf id for every row and tree, ``[rows, n_trees]``."""

@@ -286,3 +286,29 @@ def test_files_at_once_is_a_positive_count(tmp_path: Path, given: Any) -> None:
 
 def test_lanes_follow_the_cpus() -> None:
     assert [local.file_lanes(n) for n in (1, 2, 4, 8, 16, 64)] == [1, 1, 1, 2, 4, 4]
+
+
+def test_an_sdk_call_reads_the_caller_s_data_where_it_is_and_never_writes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A float32 array the model reads as it is is not copied; one whose values change
+    (the model's missing value) is copied, the caller's left alone.  A frame or an Arrow
+    table reaches the shared walk as columns, scored as its rows are."""
+    model, forest, _ = built("xgb_reg")
+    rows = np.random.default_rng(4).normal(size=(300, forest.n_features)).astype(np.float32)
+    assert np.shares_memory(prepare(rows, forest), rows)
+    missing = replace(forest, missing_value=float(rows[0, 0]))
+    rewritten = prepare(rows, missing)
+    assert not np.shares_memory(rewritten, rows)
+    assert np.isnan(rewritten[0, 0]) and not np.isnan(rows[0, 0])
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    walk = cm.implementation.module.kernel.walk
+    seen: list[type] = []
+    sums = walk.sums
+    monkeypatch.setattr(walk, "sums", lambda x, start: seen.append(type(x)) or sums(x, start))
+    names = forest.feature_names or [f"f{i}" for i in range(forest.n_features)]
+    table = pa.table({n: rows[:, j] for j, n in enumerate(names)})
+    expected = cm.predict_raw(rows)
+    np.testing.assert_array_equal(cm.predict_raw(table), expected)
+    np.testing.assert_array_equal(cm.predict_raw(table.to_pandas()), expected)
+    assert seen[1:] == [Columns, Columns] and seen[0] is not Columns

@@ -126,24 +126,24 @@ class TensorBackend:
         return torch.as_tensor(rows).to(self.device, non_blocking=True)
 
     @torch.inference_mode()
-    def margins(self, mat: np.ndarray | torch.Tensor) -> torch.Tensor:
+    def margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
         """Margins ``[B, K]`` on the device (base score included, before the link)."""
-        return self.module(self._tensor(mat))
+        return self.module(self._staged(mat) if self.takes_columns else self._tensor(mat))
 
     @torch.inference_mode()
-    def values(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+    def values(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
         return transform(self.forest, self.margins(mat)).cpu().numpy()
 
-    def predict_raw(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+    def predict_raw(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
         if self.forest.post_transform == "isolation":  # its raw score: decision_function
             return squeeze(self.values(mat))
         with torch.inference_mode():
             return squeeze(self.margins(mat).cpu().numpy())
 
-    def predict_proba(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+    def predict_proba(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
         return probabilities(self.forest, self.values(mat))
 
-    def predict(self, mat: np.ndarray | torch.Tensor) -> np.ndarray:
+    def predict(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
         return predictions(self.forest, self.values(mat))
 
     @torch.inference_mode()
