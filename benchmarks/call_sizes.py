@@ -22,10 +22,8 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import date
 from functools import partial
 from importlib.metadata import version
@@ -34,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from peers import hogs  # this folder's: busy processes beside a benchmark
 
 SIZES = (1, 100, 1_000, 2_048, 4_096, 10_000, 100_000, 1_000_000)
 FEATURES = (28, 500, 2_000)
@@ -60,16 +59,6 @@ def alternated(candidates: dict[str, Callable[[], Any]], *, calls: int,
                 taken.append(time.perf_counter() - begin)
             seconds[name].append(statistics.median(taken))
     return seconds
-
-
-@contextmanager
-def hogs(count: int) -> Iterator[None]:
-    procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
 
 
 def _cell(values: list[float]) -> str:

@@ -283,8 +283,8 @@ def _fastest_on_cpu(forest: Forest, candidates: list[Backend]) -> tuple[Backend,
     has such calls: :meth:`Backend.for_parallel_calls`), on the same probe rows, in
     alternation over rounds; the lowest median wins.  One timing each at one moment let
     the machine's load decide (a busy core flipped the pick to a backend 2.5x slower);
-    in alternation the load falls on every candidate alike.  Timings: each one's median seconds per
-    call, keyed ``native`` or ``tensor:<strategy>``, and the rounds run."""
+    in alternation the load falls on every candidate alike.  Timings: each one's median
+    seconds per call, keyed ``native`` or ``tensor:<strategy>``, and the rounds run."""
     rows = probe_rows(forest, n_rows=_PROBE_ROWS, special=False)
     rows = rows.astype(np.float32 if forest.input_dtype == "float32" else np.float64)
     # Backends take validated matrices, where an encoded column holds codes; the native

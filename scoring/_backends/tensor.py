@@ -125,10 +125,21 @@ class TensorBackend:
         rows = mat.rows() if isinstance(mat, Columns) else mat
         return torch.as_tensor(rows).to(self.device, non_blocking=True)
 
+    def _kernel_input(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor | Columns:
+        """An SDK call's rows for the module: columns as they are on CPU (the shared walk
+        reads them there), on CUDA one feature-major block of the call's own."""
+        if not (isinstance(mat, Columns) and self.takes_columns):
+            return self._tensor(mat)
+        if self.device.type != "cuda":
+            return mat
+        block = np.empty(mat.shape[::-1], dtype=mat.dtype)
+        mat.into(block)
+        return torch.from_numpy(block).to(self.device).t()
+
     @torch.inference_mode()
     def margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
         """Margins ``[B, K]`` on the device (base score included, before the link)."""
-        return self.module(self._staged(mat) if self.takes_columns else self._tensor(mat))
+        return self.module(self._kernel_input(mat))
 
     @torch.inference_mode()
     def values(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
