@@ -37,6 +37,7 @@ import torch
 
 from .._inputs import Columns
 from ..errors import EngineError
+from . import as_rows
 
 __all__ = [
     "CudaDevice", "Device", "Layout", "Pending", "Ready", "Slot", "Stager", "Stopped",
@@ -158,8 +159,7 @@ class Stager:
             if isinstance(rows, Columns) and self.feature_major:
                 rows.into(layout.block(slot.host_in).numpy())  # one copy per feature
             else:
-                host = rows.rows() if isinstance(rows, Columns) else rows
-                layout.matrix(slot.host_in).copy_(torch.as_tensor(host))
+                layout.matrix(slot.host_in).copy_(torch.as_tensor(as_rows(rows)))
             marker = self.device.start(slot, layout, compute)
         except BaseException:
             self._give_back(slot)

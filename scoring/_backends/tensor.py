@@ -30,7 +30,7 @@ from .._inputs import Columns
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
 from ..errors import ResourceLimitError
-from . import CPU_BATCH_ROWS, Backend
+from . import CPU_BATCH_ROWS, Backend, as_rows
 from .staged import CudaDevice, Layout, Pending, Ready, Stager, torch_dtype
 
 __all__ = ["CUDA_MAX_BATCH_ROWS", "TensorBackend", "cuda_batch_rows", "finish"]
@@ -122,19 +122,13 @@ class TensorBackend:
         return self
 
     def _tensor(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
-        rows = mat.rows() if isinstance(mat, Columns) else mat
-        return torch.as_tensor(rows).to(self.device, non_blocking=True)
+        return torch.as_tensor(as_rows(mat)).to(self.device, non_blocking=True)
 
     def _kernel_input(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor | Columns:
-        """An SDK call's rows for the module: columns as they are on CPU (the shared walk
-        reads them there), on CUDA one feature-major block of the call's own."""
-        if not (isinstance(mat, Columns) and self.takes_columns):
-            return self._tensor(mat)
-        if self.device.type != "cuda":
-            return mat
-        block = np.empty(mat.shape[::-1], dtype=mat.dtype)
-        mat.into(block)
-        return torch.from_numpy(block).to(self.device).t()
+        """An SDK call's rows for the module: columns as they are where the kernel is the
+        shared walk (it reads them in place on CPU, and moves its own feature-major block
+        of them to a GPU), else a tensor on the device."""
+        return mat if isinstance(mat, Columns) and self.takes_columns else self._tensor(mat)
 
     @torch.inference_mode()
     def margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:

@@ -121,11 +121,10 @@ def choose_strategy(
     batch_size: int | None = None,
     max_layout_bytes: int = LAYOUT_MAX_BYTES,
 ) -> StrategyChoice:
-    eager_fits = _perfect_fits(forest, max_layout_bytes) or (
-        traversal_layout_bytes(forest) <= max_layout_bytes
-    )  # fused keeps one, for leaf ids
-    if device.type == "cpu" and fused_fits(forest) and eager_fits:
-        return StrategyChoice("fused", "CPU: the kernel every forest shares")
+    if device.type == "cpu" and fused_fits(forest):
+        kept = _kept_layout(forest, max_layout_bytes)  # the eager walk fused keeps too
+        if LAYOUT_BYTES[kept](forest) <= max_layout_bytes:
+            return StrategyChoice("fused", "CPU: the kernel every forest shares")
     if device.type == "cuda" and fused_pays(forest):
         return StrategyChoice("fused", "CUDA, forest large enough to repay measuring a schedule")
     depth = forest.max_depth
@@ -350,12 +349,17 @@ def _compile_chain(
     return chain, StrategyChoice(choices[0].name, f"a chain of {len(modules)}: {choices[0].reason}")
 
 
+def _kept_layout(forest: Forest, max_bytes: int) -> str:
+    """The eager layout a kernel strategy keeps beside its kernel (for leaf ids): the
+    perfect one where it fits, else the traversal one."""
+    return "perfect_tree_traversal" if _perfect_fits(forest, max_bytes) else "tree_traversal"
+
+
 def _check_fits(forest: Forest, strategy: str, max_bytes: int) -> None:
     """Refuse a strategy whose tables would pass ``max_bytes``, before building any
     (``fused`` builds the perfect layout where it fits, else the traversal one)."""
-    layout = strategy
-    if strategy in ("fused", "compiled", "triton"):
-        layout = "perfect_tree_traversal" if _perfect_fits(forest, max_bytes) else "tree_traversal"
+    kernels = ("fused", "compiled", "triton")
+    layout = _kept_layout(forest, max_bytes) if strategy in kernels else strategy
     need = LAYOUT_BYTES[layout](forest)
     if need <= max_bytes:
         return
