@@ -6,23 +6,26 @@ Peers, each where it installs (``make peers`` builds ``.venv-peers``: this bench
 own environment, never the product's dependencies; see benchmarks/peers.txt):
 
 - native: the framework's own ``predict_proba``;
-- oneDAL (``daal4py.mb.convert_model``, from scikit-learn-intelex) for XGBoost and
-  LightGBM; it cannot take a fitted scikit-learn forest, so for the forest it is
-  scikit-learn-intelex's own ``RandomForestClassifier`` fitted with the same settings
-  on the same rows (other trees: its agreement is with its own predictor, marked);
+- oneDAL (``daal4py.mb.convert_model``, from scikit-learn-intelex): the booster for
+  XGBoost and LightGBM; for the scikit-learn forest, the very same forest through
+  treelite's import (``convert_model`` takes a treelite model: a binary forest becomes
+  a oneDAL regression forest whose output is P(class 1); see ``_onedal`` for its
+  +inf thresholds);
 - lleaves (LightGBM), compiled with LLVM;
 - treelite/tl2cgen, the forest as C compiled with the system's compiler;
 - ONNX Runtime, through onnxmltools (XGBoost, LightGBM) or skl2onnx (the forest).
 
 Each peer is built once (its seconds recorded), warmed up, then every peer scores the
-same rows once per round, in turn, for ``--rounds`` rounds; a peer's rate is its best
-round.  The load average is recorded before and after.  Agreement: max |peer - native|
-of P(class 1) on 5,000 rows.  With ``--hogs N`` the same rounds run a second time with
-N busy processes (``yes``) beside them, as on a machine whose cores are taken.
+same rows once per round, in turn, for ``--rounds`` rounds.  A peer's rate is the
+median of its rounds, beside its best round and the rounds' range; every ratio is of
+medians.  The load average is recorded before and after.  Agreement: max |peer -
+native| of P(class 1) on 5,000 rows.  With ``--hogs N`` the same rounds run a second
+time with N busy processes (``yes``) beside them, as on a machine whose cores are taken.
 
 First row: seconds from ``scoring.compile(model)`` of a model this process has not seen
 (``auto``, and ``strategy="fused"``) to its first scored row, with the product's kernel
-already built on the machine (``make install`` builds it); the best of 3 fresh compiles.
+already built on the machine (``make install`` builds it); median and best of 3 fresh
+compiles.
 
     .venv-peers/bin/python benchmarks/peers.py [--rows N] [--rounds R] [--hogs N]
                                                [--only NAME ...]
@@ -34,6 +37,7 @@ import argparse
 import contextlib
 import os
 import platform
+import statistics
 import subprocess
 import tempfile
 import time
@@ -85,10 +89,17 @@ def _onedal(recipe: Recipe, model: Any, X: np.ndarray, y: np.ndarray) -> tuple[P
     import daal4py
 
     if recipe.framework == "sklearn":
-        from sklearnex.ensemble import RandomForestClassifier
+        import treelite
 
-        own = RandomForestClassifier(**model.get_params()).fit(X, y)
-        return lambda A: positive(own.predict_proba(A)), "own fit"
+        # The same trees: oneDAL's regression forest of P(class 1), averaged.  daal4py
+        # reads treelite's JSON, which writes scikit-learn's +inf thresholds (splits
+        # that send only missing values right) as nothing: they are given as the
+        # largest double, the same split for every value but +inf.
+        tl = treelite.sklearn.import_model(model)
+        text = tl.dump_as_json().replace('"threshold": ,', '"threshold": 1.7976931348623157e308,')
+        tl.dump_as_json = lambda: text  # type: ignore[method-assign]
+        forest = daal4py.mb.convert_model(tl)
+        return lambda A: positive(forest.predict(A)), "+inf thresholds as the largest double"
     booster = model.get_booster() if recipe.framework == "xgboost" else model.booster_
     converted = daal4py.mb.convert_model(booster)
     return lambda A: positive(converted.predict_proba(A)), ""
@@ -144,17 +155,31 @@ def _onnxruntime(recipe: Recipe, model: Any, X: np.ndarray) -> tuple[Predict, st
     return lambda A: positive(session.run(None, {name: A.astype(np.float32)})[1]), ""
 
 
-def alternated(predictors: dict[str, Predict], X: np.ndarray, rounds: int) -> dict[str, float]:
-    """Best rows/s of each, every round timing each once in turn (see the module)."""
-    best = dict.fromkeys(predictors, 0.0)
+def alternated(predictors: dict[str, Predict], X: np.ndarray,
+               rounds: int) -> dict[str, list[float]]:  # fmt: skip
+    """Each one's rows/s per round, every round timing each once in turn."""
+    rates: dict[str, list[float]] = {name: [] for name in predictors}
     for fn in predictors.values():
         fn(X[:1024])
     for _ in range(rounds):
         for name, fn in predictors.items():
             start = time.perf_counter()
             fn(X)
-            best[name] = max(best[name], len(X) / (time.perf_counter() - start))
-    return best
+            rates[name].append(len(X) / (time.perf_counter() - start))
+    return rates
+
+
+def cpu() -> str:
+    """The CPU's name and widest vector instructions, as Linux reports them (hosts of
+    one name differ: the same benchmark has met Zen 3 and AVX-512 cores)."""
+    with contextlib.suppress(OSError):
+        info = Path("/proc/cpuinfo").read_text()
+        name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                     if ln.startswith("model name")), "?")  # fmt: skip
+        flags = set(next((ln for ln in info.splitlines() if ln.startswith("flags")), "").split())
+        widest = next((f for f in ("avx512f", "avx2", "sse4_2") if f in flags), "none")
+        return f"{name}, {widest}"
+    return platform.processor() or platform.machine()
 
 
 def versions() -> str:
@@ -165,14 +190,14 @@ def versions() -> str:
     return ", ".join(found)
 
 
-def first_row(model: Any, X: np.ndarray, **options: str) -> float:
-    """Best of 3: seconds from compiling ``model`` afresh to its first scored row."""
-    best = float("inf")
+def first_row(model: Any, X: np.ndarray, **options: str) -> str:
+    """Median and best of 3: seconds from compiling ``model`` afresh to its first row."""
+    taken = []
     for _ in range(3):
         start = time.perf_counter()
         scoring.compile(model, device="cpu", **options).predict_proba(X[:1])
-        best = min(best, time.perf_counter() - start)
-    return best
+        taken.append(time.perf_counter() - start)
+    return f"{statistics.median(taken):.2f} s (best {min(taken):.2f})"
 
 
 @contextlib.contextmanager
@@ -206,7 +231,7 @@ def run(recipe: Recipe, rows: int, rounds: int, n_hogs: int) -> list[str]:
             except Exception as exc:  # a peer that does not install or build here
                 reason = str(exc).splitlines()[0][:120]
                 print(f"  {recipe.name}: {peer} skipped ({reason})", flush=True)
-                skipped.append(f"| {recipe.name} | {peer} | skipped: {reason} | | | | |")
+                skipped.append(f"| {recipe.name} | {peer} | skipped: {reason} | | | | | | |")
                 continue
             predictors[peer] = fn
             built[peer] = (time.perf_counter() - start, error, note)
@@ -216,7 +241,7 @@ def run(recipe: Recipe, rows: int, rounds: int, n_hogs: int) -> list[str]:
                 time.sleep(2)  # the hogs running before the first round
                 lines += _rows(recipe.name, f" ({n_hogs} hogs)", predictors, built, X_eval, rounds)
     auto, fused = first_row(model, X_eval), first_row(model, X_eval, strategy="fused")
-    lines.append(f"| {recipe.name} | first row: auto {auto:.2f} s, fused {fused:.2f} s | | | | | |")
+    lines.append(f"| {recipe.name} | first row: auto {auto}, fused {fused} | | | | | | | |")
     return lines + skipped
 
 
@@ -228,16 +253,22 @@ def _rows(name: str, under: str, predictors: dict[str, Predict], built: Built, X
     load = os.getloadavg()[0]
     rates = alternated(predictors, X, rounds)
     load_after = os.getloadavg()[0]
-    fastest_peer = max((r for p, r in rates.items() if p != "fused"), default=0.0)
+    median = {peer: statistics.median(r) for peer, r in rates.items()}
+    fused = median.get("fused", float("nan"))
     lines = []
     for peer, rate in rates.items():
         seconds, error, note = built[peer]
-        ratio = rates["fused"] / rate if "fused" in rates else float("nan")
         agreement = f"{error:.1e}" + (f" ({note})" if note else "")
-        lines.append(f"| {name}{under} | {peer} | {rate:,.0f} | {ratio:.2f} | {seconds:.1f} | "
-                     f"{agreement} | {load:.2f} / {load_after:.2f} |")  # fmt: skip
-    lines.append(f"| {name}{under} | **fused / fastest peer** | | "
-                 f"**{rates.get('fused', 0) / fastest_peer:.2f}** | | | |")  # fmt: skip
+        lines.append(f"| {name}{under} | {peer} | {median[peer]:,.0f} | {max(rate):,.0f} | "
+                     f"{min(rate):,.0f}-{max(rate):,.0f} | {fused / median[peer]:.2f} | "
+                     f"{seconds:.1f} | {agreement} | {load:.2f} / {load_after:.2f} |")  # fmt: skip
+    others = {p: m for p, m in median.items() if p not in ("fused", "native")}
+    if others:
+        peer = max(others, key=others.__getitem__)
+        won = sum(rates["fused"][i] > rates[peer][i] for i in range(rounds))
+        lines.append(f"| {name}{under} | **fused / fastest peer ({peer})** | | | | "
+                     f"**{fused / others[peer]:.2f}** | | fused faster in {won} of {rounds} "
+                     "rounds | |")  # fmt: skip
     return lines
 
 
@@ -255,16 +286,18 @@ def main() -> None:
     lines = [
         f"# fused against its peers ({date.today()})",
         "",
-        f"Machine: {os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
+        f"Machine: {os.cpu_count()} CPU cores ({cpu()}), "
         f"torch threads {torch.get_num_threads()}. Versions: {versions()}.",
-        f"{args.rows:,} rows of 28 float32 features; best of {args.rounds} rounds in "
-        "alternation. fused / peer: how many times the peer's rate fused scores. Build: "
-        "seconds from the fitted model to a predictor that has scored 5,000 rows (fused: "
-        "its kernel already built on this machine). Agreement: max |peer - native| of "
-        "P(class 1) on 5,000 rows. First row: see the script's docstring.",
+        f"{args.rows:,} rows of 28 float32 features; {args.rounds} rounds in alternation, "
+        "every peer once per round in turn. rows/s: the median of rounds, beside the best "
+        "round and the rounds' range. fused / peer: the ratio of medians. Build: seconds "
+        "from the fitted model to a predictor that has scored 5,000 rows (fused: its kernel "
+        "already built on this machine). Agreement: max |peer - native| of P(class 1) on "
+        "5,000 rows. First row: see the script's docstring.",
         "",
-        "| model | peer | rows/s | fused / peer | build s | agreement | load before / after |",
-        "|---|---|---:|---:|---:|---|---|",
+        "| model | peer | rows/s (median) | best | range | fused / peer | build s | "
+        "agreement | load before / after |",
+        "|---|---|---:|---:|---|---:|---:|---|---|",
     ]
     for recipe in [r for r in BENCHMARK_RECIPES if not args.only or r.name in args.only]:
         print(f"{recipe.name} ...", flush=True)

@@ -24,6 +24,7 @@ import torch
 import scoring
 from scoring._compiler import compile_forest
 from scoring._compiler.generic import GenericWalk, Schedule, _library_root
+from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
 
@@ -55,10 +56,12 @@ def _sums(
 
 def _schedules(depth: int) -> list[Schedule]:
     """Tops from none to past the deepest tree, node-by-node levels from none to past
-    the top, both paths, the smallest and largest blocks (300 rows: short last blocks)."""
+    the top, both paths, the smallest and largest blocks (300 rows: short last blocks),
+    and on the vector path the levels below the top by vectors and by rows."""
     tops = sorted({0, 1, min(depth, 10), min(depth + 1, 10)})
-    return [Schedule(top, uniform, block, vector) for top in tops for uniform in (0, 2, 6)
-            for block in (16, 256) for vector in (False, True)]  # fmt: skip
+    return [Schedule(top, uniform, block, vector, below_rows)
+            for top in tops for uniform in (0, 2, 6) for block in (16, 256)
+            for vector, below_rows in ((False, False), (True, False), (True, True))]  # fmt: skip
 
 
 def _inputs(forest: Forest) -> list[torch.Tensor]:
@@ -86,6 +89,33 @@ def test_every_schedule_gives_the_eager_walks_sums_bit_for_bit(name: str) -> Non
                     got = _sums(walk, schedule, x, start, compact=compact)
                     where = f"{name} {schedule} compact={compact} {x.dtype}"
                     np.testing.assert_array_equal(got, expected, err_msg=where)
+
+
+def test_wide_rows_transposed_in_registers_give_the_columns_sums_bit_for_bit() -> None:
+    """Where a forest reads most of many features, row-major rows are transposed eight
+    by eight into the block; a width and row counts that are not multiples of eight
+    take the edges' own copies.  Columns are copied feature by feature: the same sums."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(5)
+    n = 75
+    train = rng.normal(size=(3_000, n)).astype(np.float32)
+    label = train.sum(1) + rng.normal(size=len(train))
+    model = xgb.XGBRegressor(n_estimators=30, max_depth=5, n_jobs=1, colsample_bytree=0.5)
+    forest = scoring._frameworks.import_model(model.fit(train, label))
+    walk = GenericWalk(forest, acc=torch.float32, schedule=Schedule(4, 2, 16, True))
+    assert 2 * len(walk._linked["used"]) >= n  # the transposing copy applies
+    eager = _eager(forest)
+    rows = probe_rows(forest, n_rows=203, seed=4).astype(np.float32)
+    x = eager._snapped(torch.from_numpy(rows))
+    start = eager._start(x).contiguous()
+    expected = eager._sums(x).numpy()
+    columns = Columns([np.ascontiguousarray(c) for c in x.numpy().T])
+    for schedule in (Schedule(4, 2, 16, True), Schedule(6, 3, 256, True, True)):
+        for batch in (x, columns):
+            for count in (203, 8, 7):
+                got = _sums(walk, schedule, batch[:count], start[:count], compact=True)
+                np.testing.assert_array_equal(got, expected[:count], err_msg=f"{schedule}")
 
 
 def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
@@ -126,6 +156,7 @@ def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
     s = walk.schedule
     assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
                             "fused.block": s.block, "fused.vector": float(s.vector),
+                            "fused.below_rows": float(s.below_rows),
                             "fused.chunk_rows": float(walk.chunk_rows)}  # fmt: skip
     assert s.described() in cm.strategy_reason
     rows = probe_rows(forest, n_rows=500, seed=8)

@@ -30,6 +30,18 @@ What the measurements kept, and left (same machine, one run each, in alternation
   compacting the rows still walking into full vectors after each level (155k -> 139k,
   though a vector of eight rows walks 7.8 levels below the top where a row walks 3.1).
 
+Later, on an AVX-512 host (Zen 4, one core, 20k rows, in alternation in one process):
+
+* a top level's node words and thresholds looked up in registers by permutes instead
+  of gathered (levels 3 to 9): XGBoost 500x8 230k -> 442k, the forest 199k -> 345k,
+  LightGBM 500x256 (top 10) 112k -> 168k;
+* below the top, row by row (each row walks its own path's length, not its vector's
+  longest), chosen per model: LightGBM 108k -> 117k;
+* rows of many features transposed eight by eight in registers into the block, where
+  the forest reads most of them: 2,000 features, 100 trees, 41 -> 33 ms;
+* not kept: reading row-major rows in place, without the block (2,000 features:
+  41 -> 88 ms; the node-by-node levels become gathers from rows 8 KB apart).
+
 The library is built the first time a machine needs it (or by ``make install`` and
 ``make demo``) into the user's compile cache (``$SCORING_COMPILE_CACHE``, as
 :mod:`.packages`, also where packages are ``off``), named by a digest of its source, its
@@ -58,7 +70,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +211,12 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.walk_score.restype = ctypes.c_int32
     lib.walk_score.argtypes = [
         ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, _P, ctypes.c_int64, _P,
-        *[ctypes.c_int32] * 3,
+        *[ctypes.c_int32] * 4,
     ]  # fmt: skip
     lib.walk_score_columns.restype = ctypes.c_int32
     lib.walk_score_columns.argtypes = [
         ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, ctypes.POINTER(_P), ctypes.c_int64,
-        ctypes.c_int64, _P, *[ctypes.c_int32] * 3,
+        ctypes.c_int64, _P, *[ctypes.c_int32] * 4,
     ]  # fmt: skip
     lib.walk_vector_lanes.restype = ctypes.c_int32
     return lib
@@ -216,21 +228,25 @@ def _load(path: Path) -> ctypes.CDLL:
 @dataclass(frozen=True)
 class Schedule:
     """How one forest is walked (see walk.cpp): heap-ordered top levels, how many of
-    them are tested node by node, rows per block, and the AVX2 path or the scalar one."""
+    them are tested node by node, rows per block, the AVX2 path or the scalar one, and
+    on the AVX2 path whether the levels below the top go by vectors or row by row."""
 
     top_depth: int
     uniform: int
     block: int
     vector: bool
+    below_rows: bool = False
 
     def described(self) -> str:
         path = f"AVX2, {self.uniform} levels node by node" if self.vector else "scalar"
+        path += ", below the top row by row" if self.below_rows else ""
         return f"top {self.top_depth} levels heap-ordered, {self.block}-row blocks, {path}"
 
     def selection(self) -> dict[str, float]:
         """The schedule as numbers, for :attr:`CompiledModel.selection`."""
         return {"fused.top_depth": self.top_depth, "fused.uniform": self.uniform,
-                "fused.block": self.block, "fused.vector": float(self.vector)}  # fmt: skip
+                "fused.block": self.block, "fused.vector": float(self.vector),
+                "fused.below_rows": float(self.below_rows)}  # fmt: skip
 
 
 class _WalkTables:
@@ -451,7 +467,8 @@ class GenericWalk:
         :attr:`chunk_rows` rows each taken in turn by torch's threads."""
         struct = ctypes.byref(tables.structs[x64])
         args = (int(x64), int(self.acc == torch.float64), self.zero, self.cat)
-        options = (schedule.block, schedule.uniform, int(schedule.vector))
+        options = (schedule.block, schedule.uniform, int(schedule.vector),
+                   int(schedule.below_rows))  # fmt: skip
         if isinstance(rows, Columns):
             pointers = (_P * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
 
@@ -516,7 +533,8 @@ _PROBE_ROWS = 512
 
 def choose_schedule(walk: GenericWalk) -> Schedule:
     """The fastest of a few schedules on probe rows, on one thread, greedily: the top's
-    depth and its node-by-node levels at 128-row blocks, then the block size."""
+    depth and its node-by-node levels at 128-row blocks, then the block size, then (on
+    the vector path, where trees go deeper than the top) the levels below it by rows."""
     from .._parity import probe_rows  # the parity module imports the compiler
 
     forest = walk._forest
@@ -535,8 +553,10 @@ def choose_schedule(walk: GenericWalk) -> Schedule:
             for u in sorted({min(u, top) for u in (3, 4, 5)})
         ]
     best = _fastest(walk, candidates, rows, out)
-    return _fastest(walk, [best, *(Schedule(best.top_depth, best.uniform, b, best.vector)
-                                   for b in (64, 256))], rows, out)  # fmt: skip
+    best = _fastest(walk, [best, *(replace(best, block=b) for b in (64, 256))], rows, out)
+    if vector and forest.max_depth > best.top_depth:  # below the top: vectors or rows
+        best = _fastest(walk, [best, replace(best, below_rows=True)], rows, out)
+    return best
 
 
 def _fastest(walk: GenericWalk, candidates: list[Schedule], rows: np.ndarray,
