@@ -34,7 +34,7 @@ Later, on an AVX-512 host (Zen 4, one core, 20k rows, in alternation in one proc
 
 * a top level's node words and thresholds looked up in registers by permutes instead
   of gathered (levels 3 to 9): XGBoost 500x8 230k -> 442k, the forest 199k -> 345k,
-  LightGBM 500x256 (top 10) 112k -> 168k;
+  LightGBM 500x256 (a top of 6) 112k -> 128k, 147k at the top of 8 it now takes;
 * below the top, row by row (each row walks its own path's length, not its vector's
   longest), chosen per model: LightGBM 108k -> 117k;
 * rows of many features transposed eight by eight in registers into the block, where
