@@ -113,8 +113,8 @@ def prepare(X: Any, forest: Forest, *, leaves: bool = False,
     not copied where it need not be); any other input as a matrix.
     """
     if columns and isinstance(X, (pa.Table, pa.RecordBatch, pd.DataFrame)):
-        named = _arrow_columns(X, forest) if not isinstance(X, pd.DataFrame) else (
-            _pandas_columns(X, forest))  # fmt: skip
+        named = _pandas_columns(X, forest) if isinstance(X, pd.DataFrame) else (
+            _arrow_columns(X, forest))  # fmt: skip
         cols = _as_columns(named, forest)
         _check_values(cols, forest, _input_labels(X, forest), leaves=leaves)
         return cols

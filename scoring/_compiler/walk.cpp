@@ -274,21 +274,6 @@ inline __m256i lookup(const __m256i* table, __m256i i) {
   }
 }
 
-// Top levels 3 to 9 (8 to 512 nodes: the deepest top is 10 levels) by lookup.
-constexpr int32_t kLookupLevels = 9;
-
-inline __m256i looked_up(const __m256i* table, __m256i i, int32_t regs) {
-  switch (regs) {
-    case 1: return lookup<1>(table, i);
-    case 2: return lookup<2>(table, i);
-    case 4: return lookup<4>(table, i);
-    case 8: return lookup<8>(table, i);
-    case 16: return lookup<16>(table, i);
-    case 32: return lookup<32>(table, i);
-    default: return lookup<64>(table, i);
-  }
-}
-
 inline __m256i down(__m256i idx, __m256i right) {
   return _mm256_add_epi32(_mm256_add_epi32(idx, idx), _mm256_add_epi32(splat(1), right));
 }
@@ -373,24 +358,43 @@ void below_rows(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32
   }
 }
 
-// One top level of 8 * regs nodes (its first at top index `at`, heap position `first`)
+// One top level of 8 * Regs nodes (its first at top index `at`, heap position `first`)
 // for every vector of the block, its words and thresholds held in registers.
-template <bool Zero>
-void top_level_by_lookup(const Tables& f, const Block8& b, int32_t at, int32_t first, int32_t regs,
-                         int32_t rows, int32_t* node) {
+template <bool Zero, int Regs>
+void top_level_by_lookup(const Tables& f, const Block8& b, int32_t at, int32_t first, int32_t rows,
+                         int32_t* node) {
   const float* top_thr = static_cast<const float*>(f.top_threshold);
-  __m256i words[1 << (kLookupLevels - 3)], thresholds[1 << (kLookupLevels - 3)];
-  for (int32_t q = 0; q < regs; ++q) {
+  __m256i words[Regs], thresholds[Regs];
+  for (int32_t q = 0; q < Regs; ++q) {
     words[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(f.top_packed + at + 8 * q));
     thresholds[q] = _mm256_castps_si256(_mm256_loadu_ps(top_thr + at + 8 * q));
   }
   for (int32_t r = 0; r < rows; r += 8) {
     __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
     __m256i i = _mm256_sub_epi32(idx, splat(first));
-    __m256i pk = looked_up(words, i, regs);
-    __m256 th = _mm256_castsi256_ps(looked_up(thresholds, i, regs));
+    __m256i pk = lookup<Regs>(words, i);
+    __m256 th = _mm256_castsi256_ps(lookup<Regs>(thresholds, i));
     idx = down(idx, right8<Zero>(pk, gathered(b, pk, lanes_at(r)), th, b.zero));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), idx);
+  }
+}
+
+// Top level `level` by lookup where it has 8 to 512 nodes (levels 3 to 9: the deepest
+// top is 10 levels); false where it is gathered.
+template <bool Zero>
+bool top_level_looked_up(const Tables& f, const Block8& b, int32_t base, int32_t level, int32_t rows,
+                         int32_t* node) {
+  const int32_t first = (1 << level) - 1;
+  const int32_t at = base + first;
+  switch (level) {
+    case 3: top_level_by_lookup<Zero, 1>(f, b, at, first, rows, node); return true;
+    case 4: top_level_by_lookup<Zero, 2>(f, b, at, first, rows, node); return true;
+    case 5: top_level_by_lookup<Zero, 4>(f, b, at, first, rows, node); return true;
+    case 6: top_level_by_lookup<Zero, 8>(f, b, at, first, rows, node); return true;
+    case 7: top_level_by_lookup<Zero, 16>(f, b, at, first, rows, node); return true;
+    case 8: top_level_by_lookup<Zero, 32>(f, b, at, first, rows, node); return true;
+    case 9: top_level_by_lookup<Zero, 64>(f, b, at, first, rows, node); return true;
+    default: return false;
   }
 }
 
@@ -419,11 +423,7 @@ void walk8(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Opti
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), idx);
   }
   for (int32_t level = tested; level < f.top_depth; ++level) {
-    const int32_t first = (1 << level) - 1;
-    if (level >= 3 && level <= kLookupLevels) {
-      top_level_by_lookup<Zero>(f, b, base + first, first, 1 << (level - 3), rows, node);
-      continue;
-    }
+    if (top_level_looked_up<Zero>(f, b, base, level, rows, node)) continue;
     for (int32_t r = 0; r < rows; r += 8) {
       __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
       __m256i n = _mm256_add_epi32(idx, splat(base));
