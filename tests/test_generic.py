@@ -14,6 +14,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,8 +23,9 @@ import pytest
 import torch
 
 import scoring
-from scoring._compiler import compile_forest
-from scoring._compiler.generic import GenericWalk, Schedule, _library_root
+from scoring._backends import tensor as tensor_backend
+from scoring._compiler import compile_forest, generic
+from scoring._compiler.generic import GenericWalk, Schedule, _library_root, torch_on_caller
 from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
@@ -146,6 +148,48 @@ def test_threads_and_row_chunks_change_no_bit() -> None:
     np.testing.assert_array_equal(spread, alone)
     for n in (0, 1, 17, chunk, chunk + 1):  # each row is its own, in any batch
         np.testing.assert_array_equal(cm.predict_raw(rows[:n]), alone[:n])
+
+
+def test_an_sdk_call_walks_on_the_callers_threads_and_links_on_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch's elementwise work around the walk runs on the calling thread alone (its
+    OpenMP team, once woken, spins on the cores the walk needs); the walk still spreads
+    over as many threads as the caller had, and the count is what it was afterwards."""
+    model, forest, _ = built("xgb_clf")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    chunk = cm.implementation.module.kernel.walk.chunk_rows
+    rows = probe_rows(forest, n_rows=4 * chunk, seed=3).astype(np.float32)
+    spread, linked = [], []
+    real_spread, real_transform = generic._spread, tensor_backend.transform
+
+    def spread_noted(work: Any, items: range, workers: int) -> None:
+        spread.append(workers)
+        real_spread(work, items, workers)
+
+    def transform_noted(forest: Forest, margins: torch.Tensor) -> torch.Tensor:
+        linked.append(torch.get_num_threads())
+        return real_transform(forest, margins)
+
+    monkeypatch.setattr(generic, "_spread", spread_noted)
+    monkeypatch.setattr(tensor_backend, "transform", transform_noted)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        probabilities = cm.predict_proba(rows)
+        assert torch.get_num_threads() == 2
+        assert spread == [2] and linked == [1]
+        with torch_on_caller():
+            assert torch.get_num_threads() == 1 and generic._walk_threads() == 2
+            with torch_on_caller():  # a call inside one keeps the caller's count
+                assert generic._walk_threads() == 2
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2 and generic._walk_threads() == 2
+        torch.set_num_threads(1)
+        np.testing.assert_array_equal(cm.predict_proba(rows), probabilities)
+        assert spread[-1] == 1
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:

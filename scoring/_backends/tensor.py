@@ -15,6 +15,7 @@ walk.cpp reads the Arrow buffers where they are, and a CUDA slot takes them as o
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from functools import cached_property
 
@@ -24,7 +25,7 @@ import torch
 
 from .._compiler import compile_forest, transform
 from .._compiler.contributions import Contributions
-from .._compiler.generic import narrowed
+from .._compiler.generic import GenericWalk, narrowed, torch_on_caller
 from .._compiler.kernel import CompiledKernel, Kernel, WalkKernel
 from .._inputs import Columns
 from .._ir import Forest
@@ -133,11 +134,21 @@ class TensorBackend:
     @torch.inference_mode()
     def margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
         """Margins ``[B, K]`` on the device (base score included, before the link)."""
-        return self.module(self._kernel_input(mat))
+        with self._walk_apart():
+            return self.module(self._kernel_input(mat))
 
     @torch.inference_mode()
     def values(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
-        return transform(self.forest, self.margins(mat)).cpu().numpy()
+        with self._walk_apart():
+            return transform(self.forest, self.margins(mat)).cpu().numpy()
+
+    def _walk_apart(self) -> contextlib.AbstractContextManager[None]:
+        """Where the kernel is walk.cpp, which spreads rows over threads of its own: torch's
+        arithmetic around it on the calling thread (:func:`torch_on_caller`)."""
+        kernel = _kernel(self.module)
+        if isinstance(kernel, WalkKernel) and isinstance(kernel.walk, GenericWalk):
+            return torch_on_caller()
+        return contextlib.nullcontext()
 
     def predict_raw(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
         if self.forest.post_transform == "isolation":  # its raw score: decision_function
@@ -193,7 +204,8 @@ class TensorBackend:
         self, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         if not self.threads_per_call:
-            return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+            with self._walk_apart():
+                return finish(self.forest, self.module(self._staged(mat)), raw=raw)
         # OpenMP's count is the calling thread's own, but torch keeps a process-wide copy
         # too (read by compiled kernels and new threads): restored after the call, or a
         # fused model scored later in the process runs on one thread (2x slower).
