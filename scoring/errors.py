@@ -261,7 +261,10 @@ class translated:
     ) -> None:
         if exc is None or isinstance(exc, ScoringError):
             return
-        for known, ours in _resolved(self.boundary).items():
-            if isinstance(exc, known):
-                message = f"{self.what}: {cause_line(exc, first_line=self.first_line)}"
-                raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc
+        known = _resolved(self.boundary)
+        # The most specific entry: the first of the exception's own classes, most derived
+        # first, that the boundary names (pyarrow's ArrowIOError is an OSError too).
+        ours = next((known[k] for k in type(exc).__mro__ if k in known), None)
+        if ours is not None:
+            message = f"{self.what}: {cause_line(exc, first_line=self.first_line)}"
+            raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc

@@ -198,3 +198,24 @@ def test_boundary_translates(entry: tuple[str, str], tmp_path: Path) -> None:
     assert cause is not None, "translated errors keep the library's error as their cause"
     module, _, attr = name.rpartition(".")
     assert isinstance(cause, getattr(importlib.import_module(module), attr))
+
+
+@pytest.mark.parametrize("order", ["general first", "specific first"])
+def test_the_most_specific_entry_wins_whatever_the_order(
+    order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = {"builtins.OSError": errors.InputFileError,
+               "builtins.FileNotFoundError": errors.DependencyError}  # fmt: skip
+    if order == "specific first":
+        entries = dict(reversed(entries.items()))
+    monkeypatch.setitem(TRANSLATIONS, "test boundary", entries)
+    with (
+        pytest.raises(errors.DependencyError, match=r"^reading x: gone$"),
+        translated("test boundary", "reading x"),
+    ):
+        raise FileNotFoundError("gone")
+    with (
+        pytest.raises(errors.InputFileError, match=r"^reading x: denied$"),  # an OSError
+        translated("test boundary", "reading x"),
+    ):
+        raise PermissionError("denied")

@@ -115,3 +115,20 @@ def test_a_signature_naming_other_features_than_the_models_is_refused(tmp_path: 
     _save("xgboost", model, tmp_path / "m", infer_signature(X.rename(columns={"a": "z"}), y))
     with pytest.raises(ModelFileError, match="signature names the features"):
         scoring.compile(str(tmp_path / "m"))
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_every_framework_records_names_on_a_model_trained_without(flavor: str) -> None:
+    """The renaming is each framework's own (``Framework.named``), in the format the
+    registry stores; every registered framework is among the flavors above."""
+    from scoring._frameworks import FRAMEWORKS, framework_of, import_model
+    from scoring._inputs import feature_names
+
+    X, y = _data()
+    model = _fit(flavor, X.to_numpy(), y)
+    framework = framework_of(model)
+    assert feature_names(import_model(model)) is None
+    renamed = framework.named(model, NAMES)
+    assert renamed is not None and feature_names(import_model(renamed)) == NAMES
+    covered = {framework_of(_fit(f, X.to_numpy()[:60], y[:60])).name for f in FLAVORS}
+    assert covered == set(FRAMEWORKS)

@@ -363,9 +363,9 @@ def _rename(model: Any, names: list[str], ref: str) -> Any:
     (what the registry stores); refused by name where that cannot be done, so that a
     model is never read by position against a signature that names its columns."""
     from .._inputs import feature_names
-    from . import import_model
+    from . import framework_of, import_model
 
-    renamed = _renamed(model, names)
+    renamed = framework_of(model).named(model, names)
     if renamed is None or feature_names(import_model(renamed)) != names:
         raise ModelFileError(
             f"MLflow model {ref!r}: its signature names the features {names[:5]}, but a "
@@ -374,38 +374,3 @@ def _rename(model: Any, names: list[str], ref: str) -> Any:
             "column names and log it again"
         )
     return renamed
-
-
-def _renamed(model: Any, names: list[str]) -> Any | None:
-    """``model`` named ``names`` in place where its format allows (None: it does not)."""
-    import lightgbm
-    import xgboost
-
-    if isinstance(model, lightgbm.Booster):
-        return _renamed_lightgbm(model, names)
-    if isinstance(model, lightgbm.LGBMModel):
-        model._Booster = _renamed_lightgbm(model.booster_, names)
-    elif isinstance(model, xgboost.Booster):
-        model.feature_names = names
-    elif isinstance(model, xgboost.XGBModel):
-        model.get_booster().feature_names = names
-    elif type(model).__module__.startswith("catboost"):
-        model.set_feature_names(names)
-    elif hasattr(model, "n_features_in_") and type(model).__module__.startswith("sklearn"):
-        import numpy as np
-
-        model.feature_names_in_ = np.asarray(names, dtype=object)
-    else:
-        return None
-    return model
-
-
-def _renamed_lightgbm(booster: Any, names: list[str]) -> Any:
-    """A LightGBM booster whose model text names its features ``names`` (the text is
-    where LightGBM keeps them; it has no setter)."""
-    import lightgbm
-
-    lines = booster.model_to_string().splitlines()
-    lines = [f"feature_names={' '.join(names)}" if line.startswith("feature_names=") else line
-             for line in lines]  # fmt: skip
-    return lightgbm.Booster(model_str="\n".join(lines) + "\n")

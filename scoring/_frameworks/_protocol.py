@@ -178,6 +178,12 @@ class Framework(ABC):
     def native(self, model: Any, forest: Forest) -> NativeModel:
         """The framework's own predictor for ``model``."""
 
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        """``model`` with ``names`` recorded as its feature names, in its own format (what
+        the registry stores: a model trained on unnamed data, logged with a signature that
+        names its columns); None where the format cannot record them."""
+        return None
+
 
 #: Every supported framework by name, in the order they are tried on a model object.
 FRAMEWORKS: dict[str, Framework] = {}

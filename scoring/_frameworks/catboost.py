@@ -235,6 +235,10 @@ class CatBoost(Framework):
     def native(self, model: Any, forest: Forest) -> NativeModel:
         return CatBoostNative(model, forest)
 
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        model.set_feature_names(names)
+        return model
+
 
 def _class_for(loss_function: str) -> str:
     """A model file holds no class: its loss function says which one predicts with it."""

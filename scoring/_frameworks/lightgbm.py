@@ -377,5 +377,26 @@ class LightGBM(Framework):
     def native(self, model: Any, forest: Forest) -> NativeModel:
         return LightGBMNative(model, forest)
 
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        import lightgbm
+
+        if isinstance(model, lightgbm.Booster):
+            return _renamed_booster(model, names)
+        if isinstance(model, lightgbm.LGBMModel):  # its names are its booster's
+            model._Booster = _renamed_booster(model.booster_, names)
+            return model
+        return None
+
+
+def _renamed_booster(booster: Any, names: list[str]) -> Any:
+    """A booster whose model text names its features ``names`` (the text is where
+    LightGBM keeps them; it has no setter)."""
+    import lightgbm
+
+    lines = booster.model_to_string().splitlines()
+    lines = [f"feature_names={' '.join(names)}" if line.startswith("feature_names=") else line
+             for line in lines]  # fmt: skip
+    return lightgbm.Booster(model_str="\n".join(lines) + "\n")
+
 
 FRAMEWORK = register(LightGBM())

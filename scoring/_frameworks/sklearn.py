@@ -340,6 +340,15 @@ class Sklearn(Framework):
     def native(self, model: Any, forest: Forest) -> NativeModel:
         return SklearnNative(model, forest)
 
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        if not hasattr(model, "n_features_in_"):
+            return None
+        try:
+            model.feature_names_in_ = np.asarray(names, dtype=object)
+        except AttributeError:  # a Pipeline's or a search's names are read from a step
+            return None
+        return model
+
 
 #: Types a supported tree model's skops file references beyond skops' defaults.
 SKOPS_TRUSTED = frozenset({

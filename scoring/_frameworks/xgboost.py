@@ -396,5 +396,16 @@ class XGBoost(Framework):
     def native(self, model: Any, forest: Forest) -> NativeModel:
         return XGBoostNative(model, forest)
 
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        import xgboost
+
+        if isinstance(model, xgboost.XGBModel):  # the wrapper's names are its booster's
+            model.get_booster().feature_names = names
+        elif isinstance(model, xgboost.Booster):
+            model.feature_names = names
+        else:
+            return None
+        return model
+
 
 FRAMEWORK = register(XGBoost())
