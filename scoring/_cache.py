@@ -21,7 +21,7 @@ import torch
 
 from ._bundle import Bundle
 from ._model import CompiledModel, held_to_native
-from ._modelset import BundleSet, ModelSet, Scoring, compile_payload
+from ._modelset import BundleSet, Scoring, compile_payload
 from .errors import VerificationError
 
 __all__ = ["CompiledCache", "check_choice", "compiled"]
@@ -30,22 +30,6 @@ MAX_MODELS = 8
 CPU_MAX_BYTES = 4 << 30
 
 _Key = tuple[str, str, str, str]
-
-
-def device_bytes(cm: Scoring) -> int:
-    """Bytes the compiled model's tensors take on its device (0 for native predictors)."""
-    if isinstance(cm, ModelSet):
-        groups = sum(_module_bytes(g.backend) for g in cm.groups)
-        return groups + sum(_module_bytes(cm.models[i].implementation) for i in cm.alone)
-    return _module_bytes(cm.implementation)
-
-
-def _module_bytes(backend: object) -> int:
-    module = getattr(backend, "module", None)
-    if not isinstance(module, torch.nn.Module):
-        return 0
-    tensors = [*module.parameters(), *module.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _budget(device: torch.device) -> int:
@@ -82,7 +66,7 @@ class CompiledCache:
             cm = compile_payload(bundle, device=device, backend=backend, strategy=strategy)
             if isinstance(bundle, Bundle) and isinstance(cm, CompiledModel):
                 check_choice(bundle, cm)
-            self._entries[key] = (cm, device_bytes(cm))
+            self._entries[key] = (cm, cm.device_bytes())
             self._evict(cm.device)
             return cm
 

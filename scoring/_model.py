@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._backends import Backend
+from ._backends import Backend, module_bytes
 from ._backends.hummingbird import HummingbirdBackend
 from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
@@ -33,6 +33,7 @@ from ._frameworks import dump_model, import_model, library_versions, model_objec
 from ._inputs import model_columns, prepare
 from ._ir import Forest
 from ._parity import Verification, as_frame, probe_rows, verify
+from ._version import __version__
 from .errors import CompileError
 
 __all__ = [
@@ -105,6 +106,24 @@ class CompiledModel:
         if "name" in self.origin:
             return f"{self.origin['name']}@{self.origin['version']}"
         return self.forest.model_kind
+
+    def output_metadata(self) -> dict[str, str]:
+        """What a scored output's schema records of the model that scored it."""
+        return {
+            "scoring.version": __version__,
+            "scoring._model": self.ref,
+            "scoring._model.name": str(self.origin.get("name", "")),
+            "scoring._model.version": str(self.origin.get("version", "")),
+            "scoring._model.sha256": self.sha256,
+            "scoring._model.kind": self.forest.model_kind,
+            "scoring.backend": self.backend,
+            "scoring.strategy": self.strategy or "",
+            "scoring.device": str(self.device),
+        }
+
+    def device_bytes(self) -> int:
+        """Bytes its compiled tensors take on its device (0 for a native predictor)."""
+        return module_bytes(self.implementation)
 
     def _input(self, X: Any, *, leaves: bool = False, columns: bool = False) -> Any:
         """``X`` validated (typed errors for what native refuses); with ``columns``, a

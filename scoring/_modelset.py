@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from ._backends import module_bytes
 from ._backends.native import NativeBackend
 from ._backends.staged import Ready
 from ._backends.tensor import TensorBackend, finish
@@ -59,6 +60,7 @@ from ._model import (
 from ._parity import probe_rows
 from ._progress import StageClock
 from ._scorer import Scorer
+from ._version import __version__
 from ._where import RowFilter
 from .errors import ConfigError, InputError, MissingColumnError, ModelFileError, ScoringError
 
@@ -243,6 +245,23 @@ class ModelSet:
     def strategy(self) -> str | None:
         found = {self.strategy_of(i) or "" for i in range(len(self.models))} - {""}
         return "+".join(sorted(found)) or None
+
+    def output_metadata(self) -> dict[str, str]:
+        """What a scored output's schema records of the models that scored it."""
+        return {
+            "scoring.version": __version__,
+            "scoring._model": self.ref,
+            "scoring._model.sha256": self.sha256,
+            "scoring.models": json.dumps(self.members),
+            "scoring.backend": self.backend,
+            "scoring.strategy": self.strategy or "",
+            "scoring.device": str(self.device),
+        }
+
+    def device_bytes(self) -> int:
+        """Bytes its groups' and its other members' compiled tensors take on the device."""
+        groups = sum(module_bytes(g.backend) for g in self.groups)
+        return groups + sum(self.models[i].device_bytes() for i in self.alone)
 
     @property
     def members(self) -> list[dict[str, Any]]:
@@ -514,6 +533,16 @@ class SetScorer:
         """Forget the seconds spent so far (a trial's, and the compile it paid for)."""
         with self._lock:
             self.seconds = [0.0] * len(self.scorers)
+
+    def member_report(self, *, timed: bool) -> list[dict[str, Any]]:
+        """Each model with the seconds this process spent scoring it (None where workers
+        scored: ``timed`` false) and its output columns."""
+        out = []
+        for i, member in enumerate(self.model.members):
+            seconds = self.seconds[i] if timed else None
+            columns = [prefixed(member["prefix"], c) for c in self.scorers[i].output_names]
+            out.append({**member, "seconds": seconds, "columns": columns})
+        return out
 
     def _spent(self, members: list[int], seconds: float) -> None:
         with self._lock:

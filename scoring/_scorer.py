@@ -77,6 +77,13 @@ class Scorer:
         self.backend = parallel
         return cpus
 
+    def restart_clock(self) -> None:
+        """Forget the seconds spent so far (one model keeps no count of its own)."""
+
+    def member_report(self, *, timed: bool) -> list[dict[str, Any]]:
+        """Each model of a set with its seconds and columns (one model: none)."""
+        return []
+
     # -- schema --------------------------------------------------------------------
 
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scoring import Bundle
-from scoring._cache import CompiledCache, device_bytes
+from scoring._cache import CompiledCache
 
 from .conftest import built
 
@@ -27,8 +27,8 @@ def test_least_recently_used_model_goes_past_the_count() -> None:
 def test_models_past_the_memory_budget_go_oldest_first() -> None:
     first, second, _ = _bundles()
     one = CompiledCache(max_bytes=0).get(first, backend="tensor", device="cpu")
-    assert device_bytes(one) > 0
-    cache = CompiledCache(max_bytes=device_bytes(one))
+    assert one.device_bytes() > 0
+    cache = CompiledCache(max_bytes=one.device_bytes())
     a = cache.get(first, backend="tensor", device="cpu")
     cache.get(second, backend="tensor", device="cpu")  # both together exceed the budget
     assert len(cache) == 1

@@ -20,6 +20,7 @@ import torch
 
 import scoring
 from scoring._compiler import compile_forest
+from scoring._compiler.native_cache import build_lock, publishing
 from scoring._compiler.packages import PackageStore, default_store
 from scoring._parity import probe_rows
 
@@ -58,7 +59,10 @@ def test_a_second_process_loads_the_package_without_compiling(
     first = cm.predict_raw(rows)
     blocks = cm.implementation.module.kernel.blocks
     assert blocks.store is not None and blocks.store.wait() == [0]  # the builder succeeded
-    assert [p.suffix for p in store.iterdir()] == [".pt2"]  # no marker, log or partial left
+    # no log or partial left; the build locks stay in their folder (deleting a lock file
+    # another process has open would let two builders in)
+    built_files = [p.suffix for p in store.iterdir() if p.name != "locks"]
+    assert built_files == [".pt2"] and (store / "locks").is_dir()
 
     second = _second_process(model_file, rows_file, store)
     assert second["dynamo"] is False  # loaded, not traced or compiled
@@ -100,19 +104,35 @@ def test_an_unreadable_package_is_dropped_and_the_model_compiles(tmp_path: Path)
     assert not (tmp_path / "abc.pt2").exists()
 
 
-def test_one_builder_per_package_and_a_dead_builders_marker_expires(tmp_path: Path) -> None:
+#: A process that holds a package's build lock until it is killed.
+_HOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_one_builder_per_package_and_a_dead_builders_lock_is_gone(tmp_path: Path) -> None:
     module = torch.nn.Softplus()  # any module: the tiniest package to build
     store = PackageStore(tmp_path)
     rows = torch.zeros((8, 3))
-    (tmp_path / "d1.building").touch()  # another process is building d1
-    store.build_later(module, rows, "d1")
-    assert store.pending == []
-    old = os.stat(tmp_path / "d1.building").st_mtime - 3600
-    os.utime(tmp_path / "d1.building", (old, old))  # its builder died an hour ago
+    (tmp_path / "locks").mkdir()
+    lock = tmp_path / "locks" / "d1.pt2.lock"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        store.build_later(module, rows, "d1")  # another process is building d1
+        assert store.pending == []
+    finally:
+        holder.kill()  # the builder dies: its lock goes with it
+        holder.wait()
     store.build_later(module, rows, "d1")
     assert len(store.pending) == 1
     assert store.wait() == [0] and (tmp_path / "d1.pt2").is_file()
-    assert not (tmp_path / "d1.building").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d1.pt2", "locks"]  # nothing half done
 
 
 def test_a_folder_others_can_write_to_is_never_loaded_from(
@@ -144,3 +164,30 @@ def test_the_wheel_holds_the_scoring_package_alone() -> None:
     import scoring.recipes
 
     assert scoring.recipes.DEMO_RECIPE.name == "xgb_500x8"
+
+
+def test_a_child_given_the_build_lock_keeps_it_after_its_parent_lets_go(tmp_path: Path) -> None:
+    with build_lock(tmp_path, "x") as fd:
+        assert fd is not None
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                 stdin=subprocess.PIPE, pass_fds=(fd,))  # fmt: skip
+    try:
+        with build_lock(tmp_path, "x", wait=False) as held:
+            assert held is None  # the child has it
+    finally:
+        child.kill()
+        child.wait()
+    with build_lock(tmp_path, "x", wait=False) as held:
+        assert held is not None
+
+
+def test_a_failed_build_leaves_nothing_and_the_old_file_stands(tmp_path: Path) -> None:
+    target = tmp_path / "a.so"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), publishing(target) as partial:
+        partial.write_bytes(b"half")
+        raise RuntimeError("the compiler died")
+    assert sorted(tmp_path.iterdir()) == [target] and target.read_bytes() == b"old"
+    with publishing(target) as partial:
+        partial.write_bytes(b"new")
+    assert sorted(tmp_path.iterdir()) == [target] and target.read_bytes() == b"new"

@@ -19,7 +19,7 @@ import torch
 
 from .._inputs import Columns
 
-__all__ = ["CPU_BATCH_ROWS", "Backend", "as_rows"]
+__all__ = ["CPU_BATCH_ROWS", "Backend", "as_rows", "module_bytes"]
 
 #: Rows per batch on CPU: big enough to amortise per-call costs.
 CPU_BATCH_ROWS = 131_072
@@ -71,3 +71,12 @@ class Backend(Protocol):
 def as_rows(mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray | torch.Tensor:
     """A batch as a row-major matrix, for a backend that reads rows."""
     return mat.rows() if isinstance(mat, Columns) else mat
+
+
+def module_bytes(backend: object) -> int:
+    """Bytes a backend's compiled tensors take on its device (0: no torch module)."""
+    module = getattr(backend, "module", None)
+    if not isinstance(module, torch.nn.Module):
+        return 0
+    tensors = [*module.parameters(), *module.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)

@@ -43,9 +43,9 @@ Later, on an AVX-512 host (Zen 4, one core, 20k rows, in alternation in one proc
   41 -> 88 ms; the node-by-node levels become gathers from rows 8 KB apart).
 
 The library is built the first time a machine needs it (or by ``make install`` and
-``make demo``) into the user's compile cache (``$SCORING_COMPILE_CACHE``, as
-:mod:`.packages`, also where packages are ``off``), named by a digest of its source, its
-flags and this CPU's instruction set, by atomic rename under a lock, so that workers
+``make demo``) into the folder of native code (:mod:`.native_cache`; also where per-model
+packages are ``off``), named by a digest of its source, its flags and this CPU's
+instruction set, under that folder's build lock and by its atomic rename, so that workers
 starting together build it once; a machine without a compiler loads one built before.
 
 How a forest is laid out and walked is chosen per model by measurement
@@ -60,8 +60,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
-import hashlib
 import os
 import platform
 import subprocess
@@ -81,7 +79,7 @@ from .._inputs import Columns
 from .._ir import Forest, Tree
 from ..errors import CompileError
 from .kernels import _DEFAULT_LEFT, ZERO_THRESHOLD, pack_node_flags
-from .packages import _private, cache_root
+from .native_cache import build_lock, cache_root, digest, private, publishing
 from .tables import bitset_tables, leaf_tables, node_params, threshold32
 
 __all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_library", "narrowed"]
@@ -142,10 +140,7 @@ def _compiler() -> str:
 def _library_digest() -> str:
     """What decides the library's code: its source, the flags and this CPU (a plain C
     ABI, so not the compiler's version: any build of the same source will do)."""
-    h = hashlib.sha256(_SOURCE.read_bytes())
-    for part in (" ".join(_FLAGS), platform.machine(), _cpu_flags()):
-        h.update(part.encode())
-    return h.hexdigest()[:24]
+    return digest(_SOURCE.read_bytes(), " ".join(_FLAGS), platform.machine(), _cpu_flags())
 
 
 def _cpu_flags() -> str:
@@ -164,10 +159,10 @@ def _built_library() -> Path:
         return target
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(root / "walk.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a worker starting beside us builds it once
+        with build_lock(root, target.name):  # a worker starting beside us builds it once
             if not target.exists():
-                _compile_library(target)
+                with publishing(target) as partial:
+                    _compile_library(partial)
     except OSError as exc:  # read-only, no permission, disk full, a file in the way
         raise CompileError(
             f"strategy 'fused' builds its kernel once into {root}, which cannot be written "
@@ -182,14 +177,13 @@ def _library_root() -> Path:
     ``off`` (the kernel is the product's, not a model's); a private folder of this
     process where that folder is not the user's alone (the library is native code)."""
     root = cache_root()
-    if root.exists() and not _private(root):
+    if root.exists() and not private(root):
         return Path(tempfile.mkdtemp(prefix="scoring-walk-"))
     return root
 
 
-def _compile_library(target: Path) -> None:
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
-    args = [_compiler(), *_FLAGS, "-o", str(partial), str(_SOURCE)]
+def _compile_library(out: Path) -> None:
+    args = [_compiler(), *_FLAGS, "-o", str(out), str(_SOURCE)]
     try:
         done = subprocess.run(args, capture_output=True, text=True)
     except OSError as exc:
@@ -199,11 +193,9 @@ def _compile_library(target: Path) -> None:
             "strategy='tree_traversal'"
         ) from None
     if done.returncode != 0:
-        partial.unlink(missing_ok=True)
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise CompileError(f"strategy 'fused': building its kernel failed ({last}); "
                            "use strategy='tree_traversal'")  # fmt: skip
-    os.replace(partial, target)
 
 
 def _load(path: Path) -> ctypes.CDLL:

@@ -11,7 +11,6 @@ model never resumes or keeps this one's output.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,12 +30,11 @@ from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
-from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, prefixed, scorer_for
+from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
 from .._progress import RunProgress
 from .._registry import ModelStore
 from .._scorer import Scorer
 from .._stores import StoreConfig
-from .._version import __version__
 from ..errors import ConfigError
 from .target import check_apart, committer_for, partitions_of, pinned
 
@@ -48,7 +46,6 @@ __all__ = [
     "ScoreReport",
     "Scored",
     "check_outside_process",
-    "output_metadata",
     "parse_options",
     "plan_run",
     "publish",
@@ -346,31 +343,6 @@ def parse_options(kind: type[Any], engine: str, given: Mapping[str, Any]) -> Any
     return kind(**given)
 
 
-def output_metadata(model: Scoring) -> dict[str, str]:
-    if isinstance(model, ModelSet):
-        return {
-            "scoring.version": __version__,
-            "scoring._model": model.ref,
-            "scoring._model.sha256": model.sha256,
-            "scoring.models": json.dumps(model.members),
-            "scoring.backend": model.backend,
-            "scoring.strategy": model.strategy or "",
-            "scoring.device": str(model.device),
-        }
-    origin = model.origin
-    return {
-        "scoring.version": __version__,
-        "scoring._model": model.ref,
-        "scoring._model.name": str(origin.get("name", "")),
-        "scoring._model.version": str(origin.get("version", "")),
-        "scoring._model.sha256": model.sha256,
-        "scoring._model.kind": model.forest.model_kind,
-        "scoring.backend": model.backend,
-        "scoring.strategy": model.strategy or "",
-        "scoring.device": str(model.device),
-    }
-
-
 def plan_run(
     input: str | InputDataset,
     output: str,
@@ -406,12 +378,11 @@ def plan_run(
     columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)  # every file, not only the first, holds what is read
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
-    if isinstance(scorer, SetScorer):
-        scorer.restart_clock()  # the report's seconds are the run's
+    scorer.restart_clock()  # the report's seconds are the run's
     partitions = partitions_of(data, list(partition_by), keep=keep, mode=mode,
                                output_format=output_format,
                                own_committer=bool(engine.engine_files))  # fmt: skip
-    schema = trial.schema.with_metadata(output_metadata(model))
+    schema = trial.schema.with_metadata(model.output_metadata())
     schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
     if lease is not None:
         lease.acquire()
@@ -436,7 +407,7 @@ def plan_run(
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     """Publish what the engine wrote (staged files, or its own ``engine_files``), then
     the manifest and ``_SUCCESS``; returns the number of output files."""
-    extra: dict[str, Any] = {"metadata": scored.metadata or output_metadata(run.model)}
+    extra: dict[str, Any] = {"metadata": scored.metadata or run.model.output_metadata()}
     if run.data.snapshot is not None:  # the input version read (a Delta table's)
         extra["input_snapshot"] = run.data.snapshot
     if scored.entries is None:
@@ -491,24 +462,12 @@ def report(
         already_complete=run.complete,
         timeline=timeline,
     )
-    if isinstance(run.scorer, SetScorer):
-        result.models = _members(run.scorer, timed=ENGINES[engine].local)
+    result.models = run.scorer.member_report(timed=ENGINES[engine].local)
     if scored is not None:
         result.workers = scored.workers
         result.drift_counts = counted(run, scored)
         result.stages = dict(scored.stages)
     return result
-
-
-def _members(scorer: SetScorer, *, timed: bool) -> list[dict[str, Any]]:
-    """A set's models, with the seconds this process spent scoring each (None where
-    workers scored: ``timed`` false) and their output columns."""
-    out = []
-    for i, member in enumerate(scorer.model.members):
-        seconds = scorer.seconds[i] if timed else None
-        columns = [prefixed(member["prefix"], c) for c in scorer.scorers[i].output_names]
-        out.append({**member, "seconds": seconds, "columns": columns})
-    return out
 
 
 def check_outside_process(engine: str, *urls: str) -> None:

@@ -42,7 +42,7 @@ from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
 from ..errors import ConfigError
-from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
+from .base import ModelSource, Run, Scored, parse_options, register
 
 __all__ = [
     "ENGINE", "FileFeed", "LocalEngine", "LocalOptions", "StageClock", "cpu_threads",
@@ -373,7 +373,7 @@ class LocalEngine:
         clock = StageClock()
         lanes = options.files_at_once or file_lanes()
         entries = run_local(run, progress=progress, clock=clock, lanes=lanes)
-        return Scored(entries, {"local": progress.rows}, output_metadata(run.model),
+        return Scored(entries, {"local": progress.rows}, run.model.output_metadata(),
                       stages=clock.seconds)  # fmt: skip
 
 

@@ -43,7 +43,7 @@ from .._modelset import scorer_for
 from .._progress import RunProgress
 from .._stores import StoreConfig, install
 from ..errors import EngineError, ScoringError, cause_line, translated
-from .base import ModelSource, Run, Scored, output_metadata, parse_options, register
+from .base import ModelSource, Run, Scored, parse_options, register
 from .local import FileFeed, file_lanes, run_local
 from .ray_cluster import (
     WorkerPlan,
@@ -113,7 +113,7 @@ class _FileWorker:
         model = load_bundle(spec.bundle, device=spec.device, backend=spec.backend,
                             strategy=spec.strategy, threads=spec.threads)  # fmt: skip
         scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
-        metadata = output_metadata(model)
+        metadata = model.output_metadata()
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(
             data=spec.data,

@@ -37,7 +37,6 @@ from .base import (
     Run,
     Scored,
     count_batch,
-    output_metadata,
     parse_options,
     register,
 )
@@ -247,7 +246,7 @@ class SparkEngine:
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend: record what they chose.
         chosen = sorted(ran.value) or [(run.backend, "", run.device)]
-        metadata = {**output_metadata(run.model), **{
+        metadata = {**run.model.output_metadata(), **{
             f"scoring.{part}": "+".join(dict.fromkeys(c[i] for c in chosen))
             for i, part in enumerate(("backend", "strategy", "device"))
         }}  # fmt: skip

@@ -27,6 +27,7 @@ from ._mlflow import (
     check_reachable,
     is_mlflow_ref,
     load_mlflow_model,
+    mlflow_client,
     mlflow_name,
     mlflow_tracking,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "library_versions",
     "load_mlflow_model",
     "load_model_file",
+    "mlflow_client",
     "mlflow_name",
     "mlflow_tracking",
     "model_object",

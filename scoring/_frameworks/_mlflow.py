@@ -32,8 +32,8 @@ from typing import Any
 from ..errors import DependencyError, ModelFileError, ModelNotFoundError, UntrustedModelError
 
 __all__ = [
-    "MlflowModel", "check_reachable", "is_mlflow_ref", "load_mlflow_model", "mlflow_name",
-    "mlflow_tracking",
+    "MlflowModel", "check_reachable", "is_mlflow_ref", "load_mlflow_model", "mlflow_client",
+    "mlflow_name", "mlflow_tracking",
 ]  # fmt: skip
 
 _SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
@@ -99,7 +99,7 @@ def load_mlflow_model(
     ref: str | os.PathLike[str], *, trusted: bool = False, tracking_uri: str | None = None
 ) -> MlflowModel:
     """The model ``ref`` names, with its flavor and MLflow source (see the module)."""
-    mlflow = _mlflow()
+    mlflow = mlflow_client()
     ref = str(ref)
     uri = tracking_uri or mlflow.get_tracking_uri()
     source = {"mlflow.source": ref}
@@ -126,12 +126,14 @@ def load_mlflow_model(
     return MlflowModel(model=model, flavor=flavor, source=source)
 
 
-def _mlflow() -> Any:
+def mlflow_client(what: str = "MLflow models") -> Any:
+    """The ``mlflow`` module; where it is not installed, one line saying ``what`` needs
+    it and how to install it."""
     try:
         import mlflow
     except ImportError:
         raise DependencyError(
-            "MLflow models need the mlflow client: pip install 'scoring[mlflow]'"
+            f"{what} need the mlflow client: pip install 'scoring[mlflow]'"
         ) from None
     return mlflow
 

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from .._bundle import Bundle
-from .._frameworks import check_reachable, mlflow_tracking
+from .._frameworks import check_reachable, mlflow_client, mlflow_tracking
 from .._registry import ModelStore
 from .._version import __version__
-from ..errors import DependencyError
 
 __all__ = ["export_model"]
 
@@ -38,7 +37,7 @@ def export_model(
     ``backend``: what the loaded model compiles with (a fixed one, so that every
     process that loads it scores alike; see :mod:`._pyfunc`).
     """
-    mlflow = _mlflow()
+    mlflow = mlflow_client("exports to MLflow")
     store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
     bundle = store.bundle(ref)
     with mlflow_tracking(tracking_uri), tempfile.TemporaryDirectory() as tmp:
@@ -60,16 +59,6 @@ def export_model(
         finally:
             if mlflow.active_run() is run and run.info.run_name.startswith("scoring export"):
                 mlflow.end_run()
-
-
-def _mlflow() -> Any:
-    try:
-        import mlflow
-    except ImportError:
-        raise DependencyError(
-            "exporting to MLflow needs the mlflow client: pip install 'scoring[mlflow]'"
-        ) from None
-    return mlflow
 
 
 def _signature(mlflow: Any, bundle: Bundle) -> Any:
