@@ -59,7 +59,8 @@ def build_lock(root: Path, name: str, *, wait: bool = True) -> Iterator[int | No
     descriptor (hand it to a child process to keep the lock while the child builds), or
     None when another process holds it and ``wait`` is false."""
     locks = root / "locks"
-    locks.mkdir(parents=True, exist_ok=True, mode=0o700)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)  # native code: the user's alone
+    locks.mkdir(exist_ok=True, mode=0o700)
     fd = os.open(locks / f"{name}.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     try:
         try:
