@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -91,9 +92,18 @@ def postgres_url(new_postgres_database: Callable[[], str]) -> str:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different such ports: each probe stays bound until all are, since one
+    closed before the next is asked for may be handed out again (a Spark master once got
+    its web UI's port for its own, and the test waited on the wrong one)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 
 import scoring
 
-from .conftest import free_port
+from .conftest import free_ports
 from .test_score_parquet import assert_native_parity, model_frame, write_input
 
 pytest.importorskip("pyspark")
@@ -40,7 +40,7 @@ def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs a Java runtime and none was found")
     logs = tmp_path_factory.mktemp("spark-cluster")
-    port, ui = free_port(), free_port()
+    port, ui = free_ports(2)
     url = f"spark://127.0.0.1:{port}"
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     started: list[subprocess.Popen[bytes]] = []
