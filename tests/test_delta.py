@@ -154,7 +154,8 @@ def test_a_delta_table_lacking_a_feature_is_one_line_and_nothing_is_written(
 #: a step of publication) until a signal stops it (bounded: a lost signal fails).
 HELD_AT = """
 import sys, threading
-from scoring._commit_delta import DeltaCommitter
+from scoring._journal import Journal
+from scoring._publish import Publication
 
 target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
 def hold(done):
@@ -163,13 +164,13 @@ def hold(done):
         print("held", flush=True)
         if not threading.Event().wait(timeout=300):
             raise RuntimeError("no signal stopped the command")
-finish = DeltaCommitter.finish
+finish = Journal.finish
 def journaled(self, *args, **kwargs):
     entry = finish(self, *args, **kwargs)
     hold("journaled a file")
     return entry
-DeltaCommitter.finish = journaled
-DeltaCommitter._step = lambda self, done: hold(done)
+Journal.finish = journaled
+Publication.step = lambda self, done: hold(done)
 sys.argv = ["scoring", *sys.argv[3:]]
 from scoring.cli import app
 app()
@@ -231,18 +232,18 @@ def test_readers_see_no_partial_version_at_any_step(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader at each step of publication (the event) sees the table before or after."""
-    from scoring._commit_delta import DeltaCommitter
+    from scoring._publish import Publication
 
     path, _, X = model
     _appended(tmp_path / "in", X, 3)
     out = tmp_path / "scores"
     seen: list[tuple[str, int]] = []
 
-    def step(self: DeltaCommitter, done: str) -> None:
+    def step(self: Publication, done: str) -> None:
         rows = len(_read(out)) if deltalake.DeltaTable.is_deltatable(str(out)) else 0
         seen.append((done, rows))
 
-    monkeypatch.setattr(DeltaCommitter, "_step", step)
+    monkeypatch.setattr(Publication, "step", step)
     scoring.score_parquet(tmp_path / "in", f"delta:{out}", str(path), keep=["id"], progress=False)
     placed = [rows for done, rows in seen if done == "placed a new file"]
     assert placed == [0] * 6  # three commits of two regions: six files, none visible
@@ -296,7 +297,7 @@ def test_delta_in_and_out_on_s3(s3_bucket: str, tmp_path: Path,
 def test_ray_engine_reads_and_writes_delta(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
 ) -> None:
-    """Actors write the run's files (their committers know the run's folder); the
+    """Actors write the run's files (their journals name the run's folder); the
     driver commits them once."""
     ray = pytest.importorskip("ray")
     path, clf, X = model

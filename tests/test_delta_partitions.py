@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import scoring
-from scoring._commit_delta import DeltaCommitter
+from scoring._publish import Publication
 from scoring.errors import ConfigError
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
@@ -93,17 +93,17 @@ def test_one_partition_is_replaced_exactly_once_across_a_kill(
     _run(root, model)
     for day in DAYS[:2]:  # the next night: only the last day's input is rescored
         shutil.rmtree(root / "features" / f"date={day}")
-    step = DeltaCommitter._step
+    step = Publication.step
 
     class Killed(BaseException):
         pass
 
-    def killed(self: DeltaCommitter, done: str) -> None:
+    def killed(self: Publication, done: str) -> None:
         step(self, done)
         if done == point:
             raise Killed()
 
-    monkeypatch.setattr(DeltaCommitter, "_step", killed)
+    monkeypatch.setattr(Publication, "step", killed)
     with pytest.raises(Killed):
         _run(root, model, mode="overwrite_partitions")
     monkeypatch.undo()

@@ -225,11 +225,11 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
 #: no KeyboardInterrupt for it), and every pipeline kept in ``pipelines``.
 PIPELINES_KEPT = """
 import signal, sys, threading
-from scoring._commit import Committer
+from scoring._journal import Journal
 from scoring._engines import local
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
-pipelines, finish = [], Committer.finish
+pipelines, finish = [], Journal.finish
 start = local._Pipeline.__init__
 def remembered(self, *args, **kwargs):
     start(self, *args, **kwargs)
@@ -251,7 +251,7 @@ def held(self, *args, **kwargs):
     held.files += 1
     return finish(self, *args, **kwargs)
 held.files = 0
-Committer.finish = held
+Journal.finish = held
 sys.argv[0] = "scoring"
 app()
 """
@@ -275,7 +275,7 @@ def held(self, *args, **kwargs):
     signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     print("writer stopped:", pipelines[-1].failed.wait(timeout=120), flush=True)
     return finish(self, *args, **kwargs)
-local._Pipeline._dispatch, Committer.finish = dispatching, held
+local._Pipeline._dispatch, Journal.finish = dispatching, held
 try:
     scoring.score_parquet(sys.argv[1], sys.argv[2], sys.argv[3], progress=False)
 except KeyboardInterrupt:

@@ -96,15 +96,15 @@ FAILURES = [errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT]
 def test_a_failing_disk_while_staging_names_the_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    from scoring._commit import Committer
+    from scoring._journal import Journal
 
     model, X = _model()
     X.to_parquet(tmp_path / "in.parquet")
 
-    def failing(self: Committer, fragment: Any) -> Any:
+    def failing(self: Journal, fragment: Any) -> Any:
         raise OSError(code, os.strerror(code), f"{self.staging}/x.parquet")
 
-    monkeypatch.setattr(Committer, "open", failing)
+    monkeypatch.setattr(Journal, "open", failing)
     with pytest.raises(OutputError) as caught:
         scoring.score_parquet(tmp_path / "in.parquet", tmp_path / "out", model, progress=False)
     said = str(caught.value)

@@ -14,7 +14,7 @@ import xgboost as xgb
 from sklearn.ensemble import RandomForestClassifier
 
 import scoring
-from scoring._commit import Committer
+from scoring._publish_folder import FolderPublisher
 from scoring.errors import OutputError
 
 from .test_score_parquet import write_input
@@ -95,7 +95,7 @@ def test_a_partial_output_of_another_model_is_not_resumed(
         raise OSError("killed before publishing")
 
     with monkeypatch.context() as patch:
-        patch.setattr(Committer, "publish", crash)
+        patch.setattr(FolderPublisher, "publish", crash)
         with pytest.raises(OSError):
             _score(old, tmp_path)  # every file journaled for the old model
     result = _score(new, tmp_path)

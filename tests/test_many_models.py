@@ -223,14 +223,14 @@ def test_a_model_that_fails_stops_the_set_before_anything_is_written(
 KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import scoring
-    from scoring._commit import Committer
-    finish, done = Committer.finish, []
+    from scoring._journal import Journal
+    finish, done = Journal.finish, []
     def dying_finish(self, *args, **kwargs):
         if len(done) == 2:
             os._exit(9)  # killed after two files were journaled
         done.append(1)
         return finish(self, *args, **kwargs)
-    Committer.finish = dying_finish
+    Journal.finish = dying_finish
     models = [{"model": m, "prefix": p} for p, m in zip(("churn", "value"), sys.argv[3:])]
     scoring.score_parquet(sys.argv[1], sys.argv[2], models, keep=["id"], backend="tensor",
                           progress=False)

@@ -22,8 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 import scoring
-from scoring._commit import Committer
 from scoring._dataset import open_input
+from scoring._journal import Journal
 from scoring._stores import configured, store_config
 from scoring.cli import app
 from scoring.errors import ConfigError, DependencyError
@@ -72,11 +72,11 @@ def _stage(input_url: str, output_url: str, index: int) -> None:
     """Score input file ``index`` into the output's staging area and journal it, as a
     worker (a Ray actor) does."""
     fragment = open_input(input_url).fragments[index]
-    committer = Committer(output_url, job=JOB)
-    tmp, sink = committer.open(fragment)
+    journal = Journal(output_url, job=JOB)
+    tmp, sink = journal.open(fragment)
     sink.write(b"scored rows")
     sink.close()
-    committer.finish(fragment, tmp, sink, rows=fragment.rows)
+    journal.finish(fragment, tmp, sink, rows=fragment.rows)
 
 
 JOB = {"model": "m", "keep": ["id"], "outputs": "default"}
@@ -91,7 +91,7 @@ def test_the_driver_reads_the_journal_the_workers_wrote_not_its_cached_listing(
     _, X = model_frame("lgb_clf", rows=300)
     write_s3_input(X, f"{s3_bucket}/in")
     fragments = open_input(f"{s3_bucket}/in").fragments
-    driver = Committer(f"{s3_bucket}/out", job=JOB)
+    driver = Journal(f"{s3_bucket}/out", job=JOB)
     _stage(f"{s3_bucket}/in", f"{s3_bucket}/out", 0)
     assert list(driver.completed(fragments)) == [fragments[0].relpath]  # listed, cached
     worker = multiprocessing.get_context("spawn").Process(

@@ -34,7 +34,7 @@ runner = CliRunner()
 #: until a signal stops it (bounded, so that a signal that never lands fails the test).
 STOPPED_AT = """
 import sys, threading
-from scoring._commit import Committer
+from scoring._publish import Publication
 
 target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
 def step(self, done):
@@ -43,7 +43,7 @@ def step(self, done):
         print("held", flush=True)
         if not threading.Event().wait(timeout=300):
             raise RuntimeError("no signal stopped the publication")
-Committer._step = step
+Publication.step = step
 sys.argv = ["scoring", *sys.argv[3:]]
 from scoring.cli import app
 app()
@@ -224,7 +224,7 @@ def test_a_sigterm_a_library_swallows_still_stops_the_command(tmp_path: Path, ru
     command = [*runs["new"], "--output", str(out)]
     script = """
 import os, signal, sys
-from scoring._commit import Committer
+from scoring._publish import Publication
 def step(self, done):
     if done == "placed a new file":
         try:
@@ -233,7 +233,7 @@ def step(self, done):
                 pass
         except:  # noqa: E722  (a library's bare except)
             pass
-Committer._step = step
+Publication.step = step
 sys.argv = ["scoring", *sys.argv[1:]]
 from scoring.cli import app
 app()

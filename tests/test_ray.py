@@ -18,7 +18,7 @@ import pytest
 
 import scoring
 from scoring._catalog import reference_profile
-from scoring._engines.ray import RayEngine
+from scoring._engines import plan
 from scoring._engines.ray_cluster import check_fits
 from scoring._frameworks import import_model
 from scoring.errors import ConfigError, MissingColumnError, OutputError, ScoringError
@@ -174,7 +174,7 @@ def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: A
 def test_ray_publishes_what_an_interrupted_run_journaled(
     tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scoring._commit import Committer
+    from scoring._publish_folder import FolderPublisher
 
     model, X = model_frame("xgb_clf", rows=1500)
     scoring.Registry(tmp_path / "reg").register("churn", model)
@@ -185,7 +185,7 @@ def test_ray_publishes_what_an_interrupted_run_journaled(
         raise OSError("killed before publishing")
 
     with monkeypatch.context() as patch:
-        patch.setattr(Committer, "publish", crash)
+        patch.setattr(FolderPublisher, "publish", crash)
         with pytest.raises(OSError):
             scoring.score_parquet(*args, registry=tmp_path / "reg", keep=["id"], progress=False)
     result = scoring.score_parquet(*args, engine="ray", registry=tmp_path / "reg", keep=["id"],
@@ -207,7 +207,8 @@ def test_killed_actor_leaves_complete_duplicate_free_output(
     hold.mkdir()
     # Each actor announces itself after its first file and waits: the kill lands mid-job
     # by that event, however fast or slow the machine is.
-    monkeypatch.setattr(RayEngine, "hold_after_first_file", str(hold))
+    held = plan.Hooks(on_file_journaled=plan.HoldAfterFirstFile(str(hold)))
+    monkeypatch.setattr(plan, "HOOKS", held)
     outcome: dict[str, Any] = {}
 
     def job() -> None:

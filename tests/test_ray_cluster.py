@@ -105,10 +105,10 @@ def test_an_actor_larger_than_every_node_is_refused_at_once(
 
 
 #: ``scoring run`` whose actors each hold after their first file until told to go on
-#: (:attr:`RayEngine.hold_after_first_file`), so the kill lands mid-job on an event.
+#: (the plan's ``on_file_journaled`` hook), so the kill lands mid-job on an event.
 HELD_RUN = (
-    "import sys; from scoring._engines.ray import RayEngine; "
-    "RayEngine.hold_after_first_file = sys.argv.pop(1); "
+    "import sys; from scoring._engines import plan; "
+    "plan.HOOKS = plan.Hooks(on_file_journaled=plan.HoldAfterFirstFile(sys.argv.pop(1))); "
     "from scoring.cli import app; app(prog_name='scoring')"
 )
 

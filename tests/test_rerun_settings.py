@@ -169,16 +169,16 @@ def test_a_changed_content_while_publishing_is_refused_by_name(
 ) -> None:
     """Stopped after placing its first file: the rerun with other kept columns is refused
     (naming the setting), the same command finishes, then the new one runs."""
-    from scoring._commit import Committer
+    from scoring._publish import Publication
 
     out = tmp_path / "out"
     call = _call(world, str(out), "parquet")
 
-    def stop(self: Committer, done: str) -> None:
+    def stop(self: Publication, done: str) -> None:
         if done == "placed a new file":
             raise Stopped()
 
-    monkeypatch.setattr(Committer, "_step", stop)
+    monkeypatch.setattr(Publication, "step", stop)
     with pytest.raises(Stopped):
         scoring.score_parquet(**call)
     monkeypatch.undo()

@@ -280,15 +280,15 @@ def test_hive_partitions_glob_and_memory_filesystem(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import scoring
-    from scoring._commit import Committer
-    finish = Committer.finish
+    from scoring._journal import Journal
+    finish = Journal.finish
     calls = []
     def dying_finish(self, *args, **kwargs):
         if len(calls) == 2:
             os._exit(9)  # killed between files: two are staged and journaled
         calls.append(1)
         return finish(self, *args, **kwargs)
-    Committer.finish = dying_finish
+    Journal.finish = dying_finish
     scoring.score_parquet(sys.argv[1], sys.argv[2], sys.argv[3], keep=["id"], progress=False)
 """)
 
@@ -428,7 +428,7 @@ def test_a_write_failure_is_one_line_and_publishes_nothing(
             raise OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0.parquet")
         raise RuntimeError("a bug\nover two lines")
 
-    monkeypatch.setattr("scoring._commit.HashingSink.write", broken)
+    monkeypatch.setattr("scoring._journal.HashingSink.write", broken)
     args = ["--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
             "--output", str(tmp_path / "out"), "--keep", "id"]  # fmt: skip
     out = _cli_score(*args)

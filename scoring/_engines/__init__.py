@@ -137,8 +137,8 @@ def score_parquet(
                            overwrite=overwrite, verify=verify, engine=runner, device=device,
                            backend=backend, strategy=strategy, lease=lease, stores=stores,
                            output_format=output_format, mode=mode, partition_by=partition_by,
-                           settings={"engine_options": dict(engine_options or {})})  # fmt: skip
-            run.monitor = monitor
+                           settings={"engine_options": dict(engine_options or {})},
+                           monitor=monitor)  # fmt: skip
             if run.complete:
                 return report(run, engine=engine, timeline=[])
             tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)

@@ -23,20 +23,23 @@ from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._catalog import ensure_verified
-from .._commit import Committer, Entry
 from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref
+from .._journal import Entry
 from .._lease import OutputLease
 from .._model import CompiledModel, compile_model
 from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
 from .._progress import RunProgress
+from .._publish import Publisher
 from .._registry import ModelStore
 from .._scorer import Scorer
 from .._stores import StoreConfig
-from ..errors import ConfigError
-from .target import check_apart, committer_for, partitions_of, pinned
+from ..errors import ConfigError, EngineError
+from . import plan as plan_hooks
+from .plan import Hooks, RunPlan, ScoreSpec
+from .target import check_apart, partitions_of, pinned, publisher_for
 
 __all__ = [
     "ENGINES",
@@ -195,36 +198,33 @@ class ScoreReport:
 
 @dataclass
 class Run:
-    data: InputDataset
+    """A run in this process: its :class:`~.plan.RunPlan` (the same in every worker)
+    and what is this process's own: the model compiled here and its scorer, the files
+    still to do and those done, whether the output was complete already, and (the
+    driver's) the publisher."""
+
+    plan: RunPlan
     model: Scoring
     scorer: Scorer | SetScorer
-    committer: Committer
-    columns: list[str]  # what to read from each file
-    schema: pa.Schema  # what each output file holds
-    todo: list[Fragment]
-    done: dict[str, Entry]
-    complete: bool
-    outputs: str = "default"
-    device: str = "auto"  # as asked for: engines with workers resolve it there
-    backend: str = "auto"
-    strategy: str = "auto"
-    stores: StoreConfig = field(default_factory=dict)  # workers' fsspec options
+    todo: list[Fragment] = field(default_factory=list)
+    done: dict[str, Entry] = field(default_factory=dict)
+    complete: bool = False
+    publisher: Publisher | None = None
     started: float = field(default_factory=time.perf_counter)
-    #: The model's reference profile: each file's rows are counted into its bins (drift).
-    monitor: Profile | None = None
 
     def count(self, batch: pa.RecordBatch | pa.Table, scored: pa.Table) -> Counts | None:
         """``batch``'s features and ``scored``'s outputs counted for drift, if monitored."""
-        if self.monitor is None:
+        if self.plan.score.monitor is None:
             return None
-        return count_batch(self.monitor, self.scorer, batch, scored)
+        return count_batch(self.plan.score.monitor, self.scorer, batch, scored)
 
     def cast(self, table: pa.Table) -> pa.Table:
         """``table`` as the files hold it: a Delta output's partition columns are left to
         the files' folders."""
-        if table.schema.names != self.schema.names:
-            table = table.select(self.schema.names)
-        return table.cast(self.schema) if table.schema != self.schema else table
+        schema = self.plan.schema
+        if table.schema.names != schema.names:
+            table = table.select(schema.names)
+        return table.cast(schema) if table.schema != schema else table
 
 
 def count_batch(
@@ -362,14 +362,18 @@ def plan_run(
     mode: str | None = None,
     settings: Mapping[str, Any] | None = None,
     partition_by: Sequence[str] = (),
+    monitor: Profile | None = None,
+    hooks: Hooks | None = None,
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
     ``output_format`` ``delta``: a Delta table, written as ``mode`` says
-    (:mod:`scoring._commit_delta`).  ``settings``: the rest of what the run was given
+    (:mod:`scoring._publish_delta`).  ``settings``: the rest of what the run was given
     (engine, its options), recorded beside its staged files and compared on a rerun
     (:mod:`scoring._staging`).  ``partition_by``: a Delta output's partition columns
-    (kept columns that partition the input, see :func:`.target.partitions_of`)."""
+    (kept columns that partition the input, see :func:`.target.partitions_of`).
+    ``monitor``: the model's reference profile, each file's rows counted into its bins;
+    ``hooks``: the plan's (:data:`.plan.HOOKS` by default)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
@@ -389,41 +393,53 @@ def plan_run(
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
-    committer = committer_for(output, job=job, output_format=output_format, mode=mode,
+    publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
                               overwrite=overwrite, verify=verify,
                               engine_files=engine.engine_files, settings=given,
                               partitions=partitions)  # fmt: skip
-    data = pinned(data, committer)
-    complete = committer.check_target(data.fragments)
+    data = pinned(data, publisher)
+    complete = publisher.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
-        committer.pin_input({**data.snapshot, "requested": data.requested_version})
-    done = {} if complete or not engine.resumes else committer.completed(data.fragments)
+        publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
+    done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
-    return Run(data, model, scorer, committer, columns, schema, todo, done, complete,
-               outputs=outputs, device=device, backend=backend, strategy=strategy,
-               stores=stores or {})  # fmt: skip
+    score = ScoreSpec(keep=tuple(keep), outputs=outputs, device=device, backend=backend,
+                      strategy=strategy, monitor=monitor)  # fmt: skip
+    plan = RunPlan(
+        data,
+        publisher.journal,
+        model.sha256,
+        tuple(columns),
+        schema,
+        score,
+        stores=dict(stores or {}),
+        hooks=plan_hooks.HOOKS if hooks is None else hooks,
+    )
+    return Run(plan, model, scorer, todo, done, complete, publisher)
 
 
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     """Publish what the engine wrote (staged files, or its own ``engine_files``), then
     the manifest and ``_SUCCESS``; returns the number of output files."""
+    if run.publisher is None:
+        raise EngineError("a worker's run has no publisher; the driver publishes")
     extra: dict[str, Any] = {"metadata": scored.metadata or run.model.output_metadata()}
-    if run.data.snapshot is not None:  # the input version read (a Delta table's)
-        extra["input_snapshot"] = run.data.snapshot
+    if run.plan.data.snapshot is not None:  # the input version read (a Delta table's)
+        extra["input_snapshot"] = run.plan.data.snapshot
     if scored.entries is None:
-        manifest = run.committer.publish_files(
-            run.data.fragments, prefix=engine.engine_files[0], extra=extra
+        manifest = run.publisher.publish_files(
+            run.plan.data.fragments, prefix=engine.engine_files[0], extra=extra
         )
-        return len(manifest["files"])
+        return len(manifest.published())
     entries = [*run.done.values(), *scored.entries]
-    run.committer.publish(entries, extra=extra)
+    run.publisher.publish(entries, extra=extra)
     return len(entries)
 
 
 def counted(run: Run, scored: Scored) -> Counts | None:
     """The drift counts of every file of the output: resumed and newly scored."""
-    if run.monitor is None or scored.entries is None:
-        return None if run.monitor is None else scored.drift_counts
+    if run.plan.score.monitor is None or scored.entries is None:
+        return None if run.plan.score.monitor is None else scored.drift_counts
     total: Counts | None = None
     for entry in [*run.done.values(), *scored.entries]:
         if entry.stats is None:  # journaled by a run that did not count
@@ -442,12 +458,12 @@ def report(
     rows = sum(f.rows for f in run.todo)
     meta = scored.metadata if scored is not None else {}
     result = ScoreReport(
-        input=run.data.url,
-        output=run.committer.url,
+        input=run.plan.data.url,
+        output=run.plan.journal.url,
         engine=engine,
         rows=rows,
         rows_skipped=sum(e.rows for e in run.done.values()),
-        files=len(run.data.fragments),
+        files=len(run.plan.data.fragments),
         seconds=seconds,
         rows_per_second=rows / seconds if seconds > 0 else 0.0,
         model=run.model.ref,

@@ -35,9 +35,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from .._backends.staged import Stopped
-from .._commit import Entry
 from .._dataset import Fragment
 from .._drift import Counts, merge
+from .._journal import Entry
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
@@ -156,7 +156,8 @@ def run_local(
     """Score every fragment still to do (or, for as long as it runs, those ``feed`` hands in),
     ``lanes`` files at once; returns their journal entries as the files closed (the
     manifest orders them).  ``clock``: the busy seconds of each stage are added to it;
-    ``on_entry``: called with each file's entry once it is journaled."""
+    ``on_entry``: called with each file's entry once it is journaled (after the plan's
+    ``on_file_journaled`` hook)."""
     files = feed or _Files(run.todo)
     return _Pipeline(
         run, progress, clock or StageClock(), lanes=lanes, files=files, on_entry=on_entry
@@ -274,7 +275,9 @@ class _Pipeline:
         job = self.job
         while (fragment := self.files.take(self.failed)) is not None:
             batches = iter(
-                job.data.batches(fragment, columns=job.columns, batch_rows=job.scorer.batch_rows)
+                job.plan.data.batches(
+                    fragment, columns=list(job.plan.columns), batch_rows=job.scorer.batch_rows
+                )
             )
             while True:
                 with self.clock.timing("read"):
@@ -316,6 +319,7 @@ class _Pipeline:
                         entry = current.close()
                     current = None
                     self.entries.append(entry)
+                    self.job.plan.hooks.file_journaled(entry)
                     if self.on_entry is not None:
                         self.on_entry(entry)
                 else:
@@ -407,10 +411,10 @@ class _OutputFile:
         self.run, self.fragment, self.rows = run, fragment, 0
         self.stats: Counts | None = None
         self.pending: list[pa.Table] = []  # scored batches gathered into one row group
-        self.tmp, self.sink = run.committer.open(fragment)
+        self.tmp, self.sink = run.plan.journal.open(fragment)
         try:
-            coded = dictionary_columns(run.schema, run.scorer.keep)
-            self.writer = pq.ParquetWriter(self.sink, run.schema, compression="snappy",
+            coded = dictionary_columns(run.plan.schema, run.scorer.keep)
+            self.writer = pq.ParquetWriter(self.sink, run.plan.schema, compression="snappy",
                                            use_dictionary=coded)  # fmt: skip
         except BaseException:  # its first bytes could not be written
             self._drop()
@@ -434,7 +438,7 @@ class _OutputFile:
         self._flush()
         self.writer.close()
         self.sink.close()
-        return self.run.committer.finish(self.fragment, self.tmp, self.sink, self.rows,
+        return self.run.plan.journal.finish(self.fragment, self.tmp, self.sink, self.rows,
                                          stats=self.stats)  # fmt: skip
 
     def abandon(self) -> None:
@@ -448,4 +452,4 @@ class _OutputFile:
 
     def _drop(self) -> None:
         self.sink.drop()
-        self.run.committer.discard(self.tmp)
+        self.run.plan.journal.discard(self.tmp)

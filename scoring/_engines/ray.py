@@ -23,28 +23,26 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from .. import errors
-from .._commit import Committer, Entry
-from .._dataset import Fragment, InputDataset
-from .._drift import Profile
+from .._dataset import Fragment
+from .._journal import Entry
 from .._modelset import scorer_for
 from .._progress import RunProgress
-from .._stores import StoreConfig, install
+from .._stores import install
 from ..errors import EngineError, ScoringError, cause_line, translated
 from .base import ModelSource, Run, Scored, parse_options, register
 from .local import FileFeed, file_lanes, run_local
+from .plan import RunPlan
 from .ray_cluster import (
     WorkerPlan,
     check_fits,
@@ -78,23 +76,14 @@ class RayOptions:
 
 @dataclass(frozen=True)
 class _Spec:
-    """Everything an actor needs to score files of this run (no registry, no model)."""
+    """What an actor gets: the run's plan (its device resolved for the actors), the model
+    bundle through the object store (no registry, no model object), the threads it
+    scores on and the files it reads and writes at once."""
 
+    plan: RunPlan
     bundle: tuple[Any]
-    data: InputDataset
-    committer: Committer  # the run's (its kind and state: a Delta run's folder)
-    keep: Sequence[str]
-    outputs: str
-    columns: list[str]
-    schema: pa.Schema
-    device: str
-    backend: str
-    strategy: str
     threads: int
-    stores: StoreConfig
-    monitor: Profile | None = None  # counted into each file's journal entry
-    hold: str | None = None
-    lanes: int = 1  # files an actor reads and writes at once
+    lanes: int = 1
 
 
 class _FileWorker:
@@ -109,26 +98,15 @@ class _FileWorker:
     """
 
     def __init__(self, spec: _Spec):
-        install(spec.stores)  # for this actor's lifetime: it scores this run only
-        model = load_bundle(spec.bundle, device=spec.device, backend=spec.backend,
-                            strategy=spec.strategy, threads=spec.threads)  # fmt: skip
-        scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
+        plan, how = spec.plan, spec.plan.score
+        install(plan.stores)  # for this actor's lifetime: it scores this run only
+        model = load_bundle(spec.bundle, device=how.device, backend=how.backend,
+                            strategy=how.strategy, threads=spec.threads)  # fmt: skip
+        scorer = scorer_for(model, keep=list(how.keep), outputs=how.outputs)
         metadata = model.output_metadata()
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
-        self.run = Run(
-            data=spec.data,
-            model=model,
-            scorer=scorer,
-            committer=spec.committer,
-            columns=spec.columns,
-            schema=spec.schema.with_metadata(metadata),
-            todo=[],
-            done={},
-            complete=False,
-            monitor=spec.monitor,
-        )
+        self.run = Run(replace(plan, schema=plan.schema.with_metadata(metadata)), model, scorer)
         self.name = worker_name()
-        self.hold = spec.hold
         self.lanes = spec.lanes
         self.lock = threading.Lock()
         self.feed: FileFeed | None = None  # the running pipeline's, None when there is none
@@ -158,23 +136,10 @@ class _FileWorker:
                 done.set_exception(exc)
 
     def _journaled(self, entry: Entry) -> None:
-        self._held()
+        """Runs in the pipeline's writer, after the plan's ``on_file_journaled`` hook."""
         with self.lock:
             done = self.waiting.pop(entry.relpath)
         done.set_result(entry)
-
-    def _held(self) -> None:
-        """The test hook (:attr:`RayEngine.hold_after_first_file`): say this worker has
-        journaled a file, then wait until the test releases it, before the file is
-        reported.  It runs in the pipeline's writer, so no further file is journaled
-        meanwhile."""
-        hold, self.hold = self.hold, None
-        if hold is None:
-            return
-        with open(os.path.join(hold, str(os.getpid())), "w"):
-            pass
-        while not os.path.exists(os.path.join(hold, "release")):
-            threading.Event().wait(0.05)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {
@@ -182,7 +147,7 @@ class _FileWorker:
         }  # fmt: skip
         for index in batch["fragment"]:
             try:
-                entry = self._submit(self.run.data.fragments[int(index)]).result()
+                entry = self._submit(self.run.plan.data.fragments[int(index)]).result()
                 rows, error = entry.rows, ""
             except Exception as exc:  # raised again by the driver: see _failure
                 rows, error = 0, _failure(exc)
@@ -205,9 +170,6 @@ class RayEngine:
     engine_files: tuple[str, ...] = ()
     startup_seconds = 15.0  # a local cluster and its actors (benchmarks/results/e2e_ray_cpu.md)
     table: type[BaseModel] | None = RayTable
-    #: Tests only: a directory; each actor writes ``<pid>`` there after its first file
-    #: and waits for a ``release`` file, so a kill lands mid-job by an event, not a clock.
-    hold_after_first_file: str | None = None
 
     def options(self, given: Mapping[str, Any]) -> RayOptions:
         return parse_options(RayOptions, self.name, given)
@@ -242,7 +204,7 @@ class RayEngine:
         nodes = node_cpus()
         plan = plan_workers(
             ray.cluster_resources(),
-            device=run.device,
+            device=run.plan.score.device,
             num_workers=options.num_workers,
             reserve_reads=False,  # actors read their own files; Ray runs no read tasks here
             node_cpus=nodes,
@@ -254,20 +216,9 @@ class RayEngine:
         )
         check_fits(plan, nodes)
         spec = _Spec(
+            plan=replace(run.plan, score=replace(run.plan.score, device=plan.device)),
             bundle=(ray.put(source.shipped().to_bytes()),),
-            data=run.data,
-            committer=run.committer.for_worker(),
-            keep=run.scorer.keep,
-            outputs=run.outputs,
-            columns=run.columns,
-            schema=run.schema,
-            device=plan.device,
-            backend=run.backend,
-            strategy=run.strategy,
             threads=plan.threads,
-            stores=run.stores,
-            monitor=run.monitor,
-            hold=self.hold_after_first_file,
             lanes=options.files_at_once or file_lanes(plan.threads),
         )
         tally = _Tally()
@@ -276,7 +227,7 @@ class RayEngine:
             failure = _attempt(replace(run, todo=todo), spec, plan, tally, progress)
             if failure is None:
                 break
-            done = run.committer.completed(todo)
+            done = run.plan.journal.completed(todo)
             todo = [f for f in todo if f.relpath not in done]
             _warn(failure, left=len(todo), attempt=attempt)
             if not todo:
@@ -405,19 +356,18 @@ def _written_metadata(run: Run) -> dict[str, str]:
     """The scoring metadata an earlier run wrote into its first staged file."""
     if not run.done:
         return {}
-    output, committer = next(iter(run.done.values())).output, run.committer
-    for where in (committer.staging, committer.root):  # staged, or moved by a publish
-        path = f"{where}/{output}"
-        if committer.fs.exists(path):
-            with committer.fs.open(path, "rb") as f:
-                meta = pq.read_schema(f).metadata or {}
-            return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"scoring.")}
-    return {}
+    journal = run.plan.journal
+    path = journal.where(next(iter(run.done.values())))  # staged, or published
+    if path is None:
+        return {}
+    with journal.fs.open(path, "rb") as f:
+        meta = pq.read_schema(f).metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"scoring.")}
 
 
 def _journaled(run: Run) -> list[Entry]:
     """The entries of this run's files, from the journal (the only proof of a file)."""
-    done = run.committer.completed(run.todo)
+    done = run.plan.journal.completed(run.todo)
     missing = [f.relpath for f in run.todo if f.relpath not in done]
     if missing:
         raise EngineError(

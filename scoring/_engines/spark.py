@@ -28,9 +28,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._cache import compiled
-from .._drift import Counts, Profile, merge
+from .._drift import Counts, merge
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
+from .._publish import engine_dir
 from ..errors import DependencyError, translated
 from .base import (
     ModelSource,
@@ -40,6 +41,7 @@ from .base import (
     parse_options,
     register,
 )
+from .plan import ScoreSpec
 
 __all__ = [
     "ARROW_BATCH_ROWS",
@@ -132,26 +134,17 @@ def worker_model(payload: Any, *, device: str, backend: str, strategy: str = "au
 
 
 def score_frame(
-    df: Any,
-    source: ModelSource,
-    *,
-    keep: Sequence[str],
-    outputs: str = "default",
-    device: str = "auto",
-    backend: str = "auto",
-    strategy: str = "auto",
-    ran: Any = None,
-    monitor: Profile | None = None,
-    counted: Any = None,
+    df: Any, source: ModelSource, how: ScoreSpec, *, ran: Any = None, counted: Any = None
 ) -> Any:
-    """``df`` scored through ``mapInArrow`` (no pandas on the way): the kept columns,
-    then the model's output columns.  Columns are checked here, on the driver.
-    ``ran``: an accumulator of :class:`Tally` the tasks add their rows to, under the
-    backend, strategy and device they chose; ``counted``: one of :class:`DriftTally`
-    they add their rows counted into ``monitor``'s bins to."""
+    """``df`` scored through ``mapInArrow`` (no pandas on the way) as ``how`` says (a
+    run plan's, or one made for a DataFrame): the kept columns, then the model's output
+    columns.  Columns are checked here, on the driver.  ``ran``: an accumulator of
+    :class:`Tally` the tasks add their rows to, under the backend, strategy and device
+    they chose; ``counted``: one of :class:`DriftTally` they add their rows counted
+    into the monitor's bins to."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
-    kept = list(keep)
+    kept, outputs, monitor = list(how.keep), how.outputs, how.monitor
     scorer = scorer_for(source.compiled, keep=kept, outputs=outputs)
     scorer.check_schema(to_arrow_schema(df.schema))
     columns = list(dict.fromkeys([*kept, *scorer.feature_columns(df.columns)]))
@@ -160,7 +153,7 @@ def score_frame(
     payload = df.sparkSession.sparkContext.broadcast(source.shipped().to_bytes())
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        cm = worker_model(payload, device=device, backend=backend, strategy=strategy)
+        cm = worker_model(payload, device=how.device, backend=how.backend, strategy=how.strategy)
         worker = scorer_for(cm, keep=kept, outputs=outputs)
         rows, drift = 0, None
         for batch in batches:
@@ -226,26 +219,24 @@ class SparkEngine:
     ) -> Scored:
         """Score every input file into the output (not yet published)."""
         spark = local_session(options.master or "local[*]", conf=options.conf)
-        files = [hadoop_url(run.data.fs.unstrip_protocol(f.path)) for f in run.data.fragments]
-        output = hadoop_url(run.committer.fs.unstrip_protocol(run.committer.engine_dir))
+        plan = run.plan
+        files = [hadoop_url(plan.data.fs.unstrip_protocol(f.path)) for f in plan.data.fragments]
+        output = hadoop_url(plan.journal.fs.unstrip_protocol(engine_dir(plan.journal)))
         check_connectors(spark, [files[0], output])
-        first = run.data.fragments[0]
+        first = plan.data.fragments[0]
         base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
         # Only what the plan reads: kept and feature columns, never other partition keys.
-        df = spark.read.option("basePath", base).parquet(*files).select(*run.columns)
+        df = spark.read.option("basePath", base).parquet(*files).select(*plan.columns)
         ran = spark.sparkContext.accumulator({}, Tally())
-        drift = spark.sparkContext.accumulator({}, DriftTally()) if run.monitor else None
-        scored = score_frame(df, source, keep=run.scorer.keep, outputs=run.outputs,
-                             device=run.device, backend=run.backend,
-                             strategy=run.strategy, ran=ran,
-                             monitor=run.monitor, counted=drift)  # fmt: skip
+        drift = spark.sparkContext.accumulator({}, DriftTally()) if plan.score.monitor else None
+        scored = score_frame(df, source, plan.score, ran=ran, counted=drift)
         writer = scored.write.mode("overwrite").option(_NO_SPARK_SUCCESS, "false")
-        partitions = getattr(run.committer, "partition_by", [])
+        partitions = run.publisher.partition_by if run.publisher else []
         if partitions:  # a Delta output's: key=value folders, the columns left out
             writer = writer.partitionBy(*partitions)
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend: record what they chose.
-        chosen = sorted(ran.value) or [(run.backend, "", run.device)]
+        chosen = sorted(ran.value) or [(plan.score.backend, "", plan.score.device)]
         metadata = {**run.model.output_metadata(), **{
             f"scoring.{part}": "+".join(dict.fromkeys(c[i] for c in chosen))
             for i, part in enumerate(("backend", "strategy", "device"))
@@ -325,7 +316,7 @@ def check_connectors(spark: Any, urls: Sequence[str]) -> None:
 
 def _with_progress(spark: Any, write: Any, run: Run, progress: RunProgress) -> None:
     """Run ``write`` while turning finished Spark tasks into rows on the progress bar."""
-    total, reported, errors = sum(f.rows for f in run.data.fragments), 0, []
+    total, reported, errors = sum(f.rows for f in run.plan.data.fragments), 0, []
     done = threading.Event()
 
     def body() -> None:

@@ -1,48 +1,44 @@
-"""Where a run writes: the committer for its output's format, a Delta output's
+"""Where a run writes: the publisher for its output's format, a Delta output's
 partition columns, the input version an interrupted run pinned, and the output's own
 filesystem failures as one line.  :func:`~scoring._engines.base.plan_run` checks all of
 this before a byte is written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import fsspec
 import pyarrow as pa
 
-from .._commit import Committer
-from .._commit_delta import DeltaCommitter
 from .._dataset import InputDataset, glob_base, open_input
+from .._publish import Publisher
+from .._publish_delta import open_delta
+from .._publish_folder import open_folder
 from ..errors import ConfigError, OutputError, ScoringError
 
-__all__ = ["check_apart", "committer_for", "output_failures", "partitions_of", "pinned"]
+__all__ = [
+    "PUBLISHERS", "check_apart", "output_failures", "partitions_of", "pinned", "publisher_for",
+]  # fmt: skip
 
 
-def committer_for(
+#: Every output format's publisher, by the name a job gives it (``format``).
+PUBLISHERS: dict[str, Callable[..., Publisher]] = {"parquet": open_folder, "delta": open_delta}
+
+
+def publisher_for(
     output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
     overwrite: bool, verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
     partitions: dict[str, pa.DataType],
-) -> Committer:  # fmt: skip
-    """The output's committer: a Delta table's or a Parquet folder's, given what the run
-    was given (``settings``, see :mod:`scoring._staging`)."""
-    if output_format == "delta":
-        mode = mode or ("overwrite" if overwrite else "error")
-        return DeltaCommitter(output, job=job, mode=mode, verify=verify,
-                              engine_files=engine_files, partition_by=partitions,
-                              settings={"format": "delta", "mode": mode,
-                                        "partition_by": list(partitions), **settings})  # fmt: skip
-    if output_format != "parquet":
-        raise ConfigError(f"output format {output_format!r}: expected parquet or delta")
-    if mode not in (None, "error", "overwrite"):
-        raise ConfigError(
-            f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
-            "is published whole, replacing the previous run (mode 'overwrite')"
-        )
-    return Committer(output, job=job, overwrite=overwrite or mode == "overwrite",
-                     verify=verify, engine_files=engine_files,
-                     settings={"format": "parquet", **settings})  # fmt: skip
+) -> Publisher:  # fmt: skip
+    """The output's publisher, by its format, given what the run was given
+    (``settings``, see :mod:`scoring._staging`)."""
+    if output_format not in PUBLISHERS:
+        raise ConfigError(f"output format {output_format!r}: expected {' or '.join(PUBLISHERS)}")
+    return PUBLISHERS[output_format](output, job=job, mode=mode, overwrite=overwrite,
+                                     verify=verify, engine_files=engine_files,
+                                     settings=settings, partitions=partitions)  # fmt: skip
 
 
 def partitions_of(
@@ -84,12 +80,12 @@ def partitions_of(
     return {c: data.schema.field(c).type for c in columns}
 
 
-def pinned(data: InputDataset, committer: Committer) -> InputDataset:
+def pinned(data: InputDataset, publisher: Publisher) -> InputDataset:
     """A versioned input (a Delta table) at the version an interrupted run of this job
     read (its journal holds files of that version), else as opened.  Only a rerun
     asking for the same version (or, both, the latest) resumes that snapshot: one
     asking for another reads what it asked for, and the staged files are discarded."""
-    pinned = committer.pinned_input() if data.snapshot is not None else None
+    pinned = publisher.journal.pinned_input() if data.snapshot is not None else None
     if pinned is None or pinned.pop("requested", None) != data.requested_version:
         return data
     if data.snapshot != pinned:

@@ -160,7 +160,7 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
 
 def _stopped(signal_name: str, written: RowsWritten | None) -> str:
     """What is true of the output when the signal landed: as far as its publication got."""
-    from .._commit import publications_since
+    from .._publish import publications_since
 
     if written is None:
         return f"stopped by {signal_name}"

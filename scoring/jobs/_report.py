@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import resource
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 import fsspec
 
 from .._engines import ScoreReport
+from .._manifest import MANIFEST, Manifest
 from .._version import __version__
 from ._checks import RunChecks
 from ._planner import Plan
@@ -128,8 +130,9 @@ def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
     if report.already_complete and all(fs.exists(p) for p in paths):
         return paths
-    manifest = f"{root}/_scoring_manifest.json"
-    files = json.loads(fs.cat_file(manifest)).get("fragments", []) if fs.exists(manifest) else []
+    manifest = f"{root}/{MANIFEST}"
+    read = Manifest.from_json(fs.cat_file(manifest)) if fs.exists(manifest) else None
+    files = [asdict(f) for f in read.fragments] if read is not None else []
     data = build_report(spec, plan, report, files=_files(files), **facts)
     fs.pipe_file(paths[0], json.dumps(data, indent=1).encode())
     fs.pipe_file(paths[1], render_html(data).encode())

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._engines.base import resolve_model
+from .._engines.plan import ScoreSpec
 from .._engines.spark import score_frame
 from .._explanations import output_spec
 
@@ -32,4 +33,5 @@ def score_dataframe(
     source = resolve_model(model, registry=registry, local=False)
     kept = list(df.columns if keep is None else keep)
     spec = output_spec(outputs)  # scores, contributions, reasons: see scoring._explanations
-    return score_frame(df, source, keep=kept, outputs=spec, device=device, backend=backend)
+    how = ScoreSpec(keep=tuple(kept), outputs=spec, device=device, backend=backend)
+    return score_frame(df, source, how)

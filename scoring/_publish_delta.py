@@ -1,5 +1,5 @@
-"""Delta Lake output: the journal and staging of :class:`~scoring._commit.Committer`,
-published as one commit to the table's transaction log (delta-rs, no JVM).
+"""A Delta Lake output: a run's journal (:mod:`scoring._journal`), published as one
+commit to the table's transaction log (delta-rs, no JVM).
 
 A run writes its files under the table's ``_temporary/`` (readers and ``VACUUM`` skip
 ``_`` folders) and journals each, as any run does; ``_temporary/_scoring_run.json``
@@ -17,8 +17,9 @@ run into a table that exists follows its mode: ``error`` refuses (the default, a
 Spark's and delta-rs's writers do), ``append`` adds a version, ``overwrite`` replaces
 the table's rows in one version.
 
-The Spark engine writes through Spark's own committer (:meth:`publish_files`): its
-``part-*`` files are moved into the run's folder and added in the same one commit.
+The Spark engine writes through Spark's own committer (:meth:`DeltaPublisher.publish_files`):
+its ``part-*`` files are moved into the run's folder and added in the same one commit,
+each recorded with its size and sha256 as the product's own files are.
 """
 
 from __future__ import annotations
@@ -27,58 +28,59 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._commit import Committer, Entry, _extras
 from ._dataset import Fragment, delta_storage_options
 from ._delta_files import file_stats, partition_values
 from ._files import exists
+from ._journal import Entry, Journal
+from ._manifest import FileRecord, InputRecord, Manifest
+from ._publish import Publication, begin, place, recorded, take, written
 from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
-__all__ = ["MODES", "DeltaCommitter"]
+__all__ = ["MODES", "DeltaPublisher", "open_delta"]
 
 MODES = ("error", "append", "overwrite", "overwrite_partitions")
 log = logging.getLogger("scoring.output")
 
 
-class DeltaCommitter(Committer):
+def open_delta(
+    output: str, *, job: dict[str, Any], mode: str | None, overwrite: bool, verify: bool,
+    engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, pa.DataType],
+) -> DeltaPublisher:  # fmt: skip
+    """A Delta table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
+    mode = mode or ("overwrite" if overwrite else "error")
+    if mode not in MODES:
+        raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
+    _deltalake()  # refused before anything is written when delta-rs is missing
+    settings = {"format": "delta", "mode": mode, "partition_by": list(partitions), **settings}
+    return DeltaPublisher(Journal(output, job=job, settings=settings), mode=mode,
+                          partition_by=partitions)  # fmt: skip
+
+
+class DeltaPublisher:
     def __init__(
         self,
-        url: str,
+        journal: Journal,
         *,
-        job: dict[str, Any],
         mode: str = "error",
-        verify: bool = False,
-        run_id: str | None = None,
-        engine_files: tuple[str, ...] = (),
-        settings: dict[str, Any] | None = None,
         partition_by: dict[str, pa.DataType] | None = None,
     ):
-        if mode not in MODES:
-            raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
-        super().__init__(url, job=job, overwrite=mode.startswith("overwrite"), verify=verify,
-                         engine_files=engine_files, settings=settings)  # fmt: skip
+        #: The staging's journal; once the target is checked, one naming the run's folder.
+        self.journal = journal
+        self.url = journal.url
         self.mode = mode
         #: The table's partition columns and their types: the files leave them to their
         #: ``key=value`` folders (:mod:`scoring._delta_files`).
         self.partition_types = dict(partition_by or {})
         self.partition_by = list(self.partition_types)
-        self.run_id = run_id  # set by check_target: the pending run's, or a new one
-        self.table_uri = url
-        _deltalake()  # refused before anything is written when delta-rs is missing
-
-    def for_worker(self) -> DeltaCommitter:
-        return DeltaCommitter(self.url, job=self.job, mode=self.mode, run_id=self.run_id,
-                              partition_by=self.partition_types)  # fmt: skip
-
-    def output_for(self, fragment: Fragment) -> str:
-        return f"scoring-{self.run_id}/{super().output_for(fragment)}"
+        self.run_id: str | None = None  # the pending run's, or a new one: check_target's
 
     # -- before writing ------------------------------------------------------------
 
@@ -86,16 +88,21 @@ class DeltaCommitter(Committer):
         """True when this run's commit already landed (a rerun after a kill between the
         commit and the cleanup); raise when the mode refuses an existing table.  An
         interrupted run's staging is settled first (:mod:`scoring._staging`): resumed
-        with this run's mode, or discarded when it holds other contents."""
-        self._forget_listings()
-        pending = self._reconcile() or self._legacy_record()
-        if pending is not None and pending.get("job_key") == self.job_key:
-            self.run_id = pending["run"]
-            if self._committed():
+        with this run's mode, or discarded when it holds other contents.  From here the
+        journal names the run's folder."""
+        journal = self.journal
+        journal.forget_listings()
+        pending, discard = journal.reconcile()
+        if discard is not None:
+            self._discard(discard)
+        pending = pending or self._legacy_record()
+        if pending is not None and pending.get("job_key") == journal.job_key:
+            self.run_id = str(pending["run"])
+            if self._committed(self.run_id):
                 if pending.get("mode", self.mode) != self.mode:
                     log.warning("output %s: the interrupted run's commit (mode %s) had "
                                 "landed; nothing to do", self.url, pending["mode"])  # fmt: skip
-                self.fs.rm(self.staging, recursive=True)
+                journal.clear()
                 return True
         else:
             self.run_id = uuid.uuid4().hex[:16]
@@ -105,123 +112,108 @@ class DeltaCommitter(Committer):
                 "(this run's rows as a new version) or 'overwrite' (they replace the "
                 "table's rows), or choose a new table"
             )
-        self._record_run(**{**_extras(pending, self.settings), "run": self.run_id})
+        journal.write_record(**{**journal.extras(pending), "run": self.run_id})
+        self.journal = journal.in_folder(f"{self._folder}/")
         return False
+
+    @property
+    def _folder(self) -> str:
+        return f"scoring-{self.run_id}"
 
     def _legacy_record(self) -> dict[str, Any] | None:
         """An earlier version's record of an interrupted run (its id, mode, job key)."""
-        path = f"{self.staging}/{LEGACY_RECORDS[0]}"
-        return dict(json.loads(self.fs.cat_file(path))) if exists(self.fs, path) else None
+        fs, path = self.journal.fs, f"{self.journal.staging}/{LEGACY_RECORDS[0]}"
+        return dict(json.loads(fs.cat_file(path))) if exists(fs, path) else None
 
-    def _discard_staging(self, record: dict[str, Any]) -> None:
-        """The staging, and the folder a run placed files in before its commit."""
+    def _discard(self, record: dict[str, Any]) -> None:
+        """An interrupted run's staging, and the folder it placed files in before its
+        commit."""
+        fs = self.journal.fs
         if record.get("run"):
-            folder = f"{self.root}/scoring-{record['run']}"
-            if exists(self.fs, folder) and not self._committed_run(str(record["run"])):
-                self.fs.rm(folder, recursive=True)
-        super()._discard_staging(record)
+            folder = f"{self.journal.root}/scoring-{record['run']}"
+            if exists(fs, folder) and not self._committed(str(record["run"])):
+                fs.rm(folder, recursive=True)
+        self.journal.clear()
 
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
         """Journal entries only: a published Delta run leaves no journal behind."""
-        self._forget_listings()
-        wanted = {f.relpath: f for f in fragments}
-        return {
-            e.relpath: e for e in self._entries()
-            if e.relpath in wanted and e.job == self.job_key
-            and e.fingerprint == wanted[e.relpath].fingerprint and self._intact(e)
-        }  # fmt: skip
-
-    def previous_manifest(self) -> dict[str, Any] | None:
-        return None  # the table's log is the record of what was published
+        return self.journal.completed(fragments)
 
     def _table(self) -> Any:
         deltalake = _deltalake()
         try:
-            return deltalake.DeltaTable(self.table_uri, storage_options=self._options())
+            return deltalake.DeltaTable(self.url, storage_options=self._options())
         except deltalake.exceptions.TableNotFoundError:
             return None
 
-    def _committed(self) -> bool:
-        return self._committed_run(str(self.run_id))
-
-    def _committed_run(self, run: str) -> bool:
+    def _committed(self, run: str) -> bool:
         table = self._table()
         return table is not None and table.transaction_version(f"scoring-{run}") is not None
 
-    @property
-    def _app_id(self) -> str:
-        return f"scoring-{self.run_id}"
-
     def _options(self) -> dict[str, str]:
-        return delta_storage_options(self.table_uri)
+        return delta_storage_options(self.url)
 
     # -- publication ---------------------------------------------------------------
 
-    def publish(self, entries: Any, *, extra: dict[str, Any]) -> dict[str, Any]:
+    def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
         """Move the staged files into the table, then one commit that adds them all."""
-        self._forget_listings()
-        self._begin()
-        self.publication.phase = "committing"  # what a stopped command says
+        journal = self.journal
+        publication = begin(journal)
+        publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
         # A file not staged was moved by an earlier, interrupted publish.
-        self._place([e.output for e in entries if exists(self.fs, f"{self.staging}/{e.output}")])
-        return self._committing(entries, extra=extra)
+        place(
+            journal,
+            publication,
+            [e.output for e in entries if exists(journal.fs, f"{journal.staging}/{e.output}")],
+        )
+        files = [FileRecord(e.output, e.rows, e.sha256, e.bytes) for e in entries]
+        return self._committing(publication, entries, files, extra=extra)
 
     def publish_files(
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> Manifest:
         """The ``prefix*`` files an engine's own committer wrote (Spark's) moved into the
         run's folder and added in one commit, as :meth:`publish` does."""
-        self._forget_listings()
-        self._begin()
-        self.publication.phase = "committing"
-        folder = f"{self.root}/scoring-{self.run_id}"
-        # Spark lays a partitioned write out in key=value folders: kept, below the run's.
-        for path in self._written(self.engine_dir, prefix):
-            moved = f"{folder}/{path[len(self.engine_dir) :].lstrip('/')}"
-            self.fs.makedirs(moved.rsplit("/", 1)[0], exist_ok=True)
-            self.fs.mv(path, moved)
-            self._step("placed a new file")
-        entries = []
-        for path in self._written(folder, prefix):
-            name = path[len(self.root) :].lstrip("/")
-            with self.fs.open(path, "rb") as f:
-                rows = pq.ParquetFile(f).metadata.num_rows
-            size = self.fs.size(path)
-            entries.append(Entry(relpath=name, input="", fingerprint="", rows=rows, output=name,
-                                 sha256="", bytes=size, job=self.job_key))  # fmt: skip
-        return self._committing(entries, extra=extra)
+        journal = self.journal
+        publication = begin(journal)
+        publication.phase = "committing"
+        take(journal, publication, prefix, into=self._folder)
+        files = recorded(journal, written(journal, f"{journal.root}/{self._folder}", prefix))
+        inputs = [InputRecord(f.relpath, f.path, f.fingerprint, f.rows) for f in fragments]
+        return self._committing(publication, inputs, files, extra=extra)
 
-    def _written(self, folder: str, prefix: str) -> list[str]:
-        """The ``prefix*`` files below ``folder``, at any depth (partition folders)."""
-        if not exists(self.fs, folder):
-            return []
-        return sorted(p for p in self.fs.find(folder) if p.rsplit("/", 1)[-1].startswith(prefix))
+    def _committing(
+        self,
+        publication: Publication,
+        fragments: list[Entry] | list[InputRecord],
+        files: list[FileRecord],
+        *,
+        extra: dict[str, Any],
+    ) -> Manifest:
+        rows = sum(f.rows for f in files)
+        self._commit(files, extra=extra, rows=rows)
+        publication.phase = "published"
+        publication.step("committed the new table version")
+        self.journal.clear()
+        return Manifest(job_key=self.journal.job_key, job=self.journal.job, committed_at=_now(),
+                        rows=rows, fragments=fragments, files=files,
+                        metadata=extra.get("metadata"), input_snapshot=extra.get("input_snapshot"),
+                        run=self.run_id, mode=self.mode)  # fmt: skip
 
-    def _committing(self, entries: list[Entry], *, extra: dict[str, Any]) -> dict[str, Any]:
-        rows = sum(e.rows for e in entries)
-        self._commit(entries, extra=extra, rows=rows)
-        self.publication.phase = "published"
-        self._step("committed the new table version")
-        self.fs.rm(self.staging, recursive=True)
-        files = [{"output": e.output, "rows": e.rows, "bytes": e.bytes} for e in entries]
-        return {"job_key": self.job_key, "job": self.job, "rows": rows, "files": files,
-                "fragments": [e.__dict__ for e in entries], "run": self.run_id,
-                "mode": self.mode, **extra}  # fmt: skip
-
-    def _commit(self, entries: list[Entry], *, extra: dict[str, Any], rows: int) -> None:
+    def _commit(self, files: list[FileRecord], *, extra: dict[str, Any], rows: int) -> None:
         deltalake = _deltalake()
         from deltalake.transaction import AddAction, CommitProperties
 
         now = int(time.time() * 1000)
-        footers = [self._footer(e) for e in entries]
+        footers = [self._footer(f) for f in files]
         adds = [
-            AddAction(e.output, e.bytes, partition_values(e.relpath, self.partition_by), now,
+            AddAction(f.output, f.bytes, partition_values(f.output, self.partition_by), now,
                       True, file_stats(footer))
-            for e, footer in zip(entries, footers, strict=True)
+            for f, footer in zip(files, footers, strict=True)
         ]  # fmt: skip
         schema = _delta_schema(footers[0].schema.to_arrow_schema(), self.partition_types)
-        metadata = {"scoring.run": self.run_id, "scoring.job_key": self.job_key,
+        metadata = {"scoring.run": self.run_id, "scoring.job_key": self.journal.job_key,
                     "scoring.rows": rows, "scoring.committed_at": _now(),
                     **{k: v for k, v in extra.get("metadata", {}).items()
                        if k.startswith("scoring.")}}  # fmt: skip
@@ -229,13 +221,13 @@ class DeltaCommitter(Committer):
             metadata["scoring.input_version"] = extra["input_snapshot"]["version"]
         properties = CommitProperties(
             custom_metadata=metadata,
-            app_transactions=[deltalake.Transaction(app_id=self._app_id, version=1)],
+            app_transactions=[deltalake.Transaction(app_id=f"scoring-{self.run_id}", version=1)],
         )
         table = self._table()
         try:
             if table is None:
                 deltalake.transaction.create_table_with_add_actions(
-                    self.table_uri, schema, adds, mode="error",
+                    self.url, schema, adds, mode="error",
                     partition_by=self.partition_by or None,
                     storage_options=self._options(), commit_properties=properties,
                 )  # fmt: skip
@@ -253,8 +245,8 @@ class DeltaCommitter(Committer):
                 "mode 'overwrite')"
             ) from exc
 
-    def _footer(self, entry: Entry) -> pq.FileMetaData:
-        with self.fs.open(f"{self.root}/{entry.output}", "rb") as f:
+    def _footer(self, record: FileRecord) -> pq.FileMetaData:
+        with self.journal.fs.open(f"{self.journal.root}/{record.output}", "rb") as f:
             return pq.read_metadata(f)
 
     def _replaced(self, table: Any, adds: list[Any]) -> list[Any]:
@@ -264,12 +256,12 @@ class DeltaCommitter(Committer):
             return []
         from deltalake.transaction import RemoveAction
 
-        written = {_partition_key(a.partition_values, self.partition_by) for a in adds}
+        touched = {_partition_key(a.partition_values, self.partition_by) for a in adds}
         now = int(time.time() * 1000)
         removed = []
         for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
             values = {c: f.get(f"partition.{c}") for c in self.partition_by}
-            if _partition_key(values, self.partition_by) in written:
+            if _partition_key(values, self.partition_by) in touched:
                 removed.append(RemoveAction(f["path"], True, now, f["size_bytes"],
                                             {c: _text(v) for c, v in values.items()}))  # fmt: skip
         return removed

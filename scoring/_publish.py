@@ -1,0 +1,145 @@
+"""Publishers: how a run's files become its output, one per output format.
+
+A run plans its output with a publisher (``check_target``: is it complete already, may
+it be written), resumes from what the publisher counts done (``completed``), lets its
+workers write through the publisher's :class:`~scoring._journal.Journal`, and then
+``publish``-es the journal's entries, or, where an engine's own committer wrote the
+files (Spark's), ``publish_files``.  Every format records each output file's size and
+sha256.  The formats: :mod:`scoring._publish_folder` (a Parquet folder, ``_SUCCESS``
+last) and :mod:`scoring._publish_delta` (one Delta commit); ``_engines/target.py``
+registers them by name.
+
+What the two share lives here as functions over a journal: the record of a
+publication in this process (what a command stopped by a signal says), moving files
+into place one step at a time, and reading back the files an engine's committer wrote.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow.parquet as pq
+
+from ._dataset import Fragment
+from ._files import exists
+from ._journal import Entry, Journal
+from ._manifest import FileRecord, Manifest
+
+__all__ = [
+    "Publication", "Publisher", "begin", "engine_dir", "place", "publications_since",
+    "recorded", "written",
+]  # fmt: skip
+
+
+class Publisher(Protocol):
+    """One output format's way to check, resume and publish a run."""
+
+    url: str
+    #: What workers write through (a Delta run's names its run's folder once checked).
+    journal: Journal
+    #: The output's partition columns (left to the files' ``key=value`` folders).
+    partition_by: list[str]
+
+    def check_target(self, fragments: list[Fragment]) -> bool:
+        """True when the output already holds this run, complete; raise when it holds
+        something this run must not replace.  Settles an interrupted run's staging."""
+
+    def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
+        """Fragments already done for this job, by relative path (files intact)."""
+
+    def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
+        """The journal's files, published; ``extra``: ``metadata``, ``input_snapshot``."""
+
+    def publish_files(
+        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+    ) -> Manifest:
+        """The ``prefix*`` files an engine's own committer wrote under
+        :func:`engine_dir`, published with their sizes and sha256."""
+
+
+@dataclass
+class Publication:
+    """How far a publication in this process got, for what a command stopped by a
+    signal says: ``publishing`` (nothing published yet), ``replacing`` (a previous
+    complete output is set aside and readable through the manifest), ``committing`` (a
+    Delta table's files placed, its one commit not yet made), ``published``."""
+
+    url: str
+    started: float  # time.monotonic()
+    phase: str = "publishing"
+
+    def step(self, done: str) -> None:
+        """Called after each step of a publication (the fault tests stop it there)."""
+
+
+_PUBLICATIONS: list[Publication] = []
+
+
+def publications_since(started: float) -> list[Publication]:
+    """This process's publications begun at or after ``started`` (time.monotonic())."""
+    return [p for p in _PUBLICATIONS if p.started >= started]
+
+
+def begin(journal: Journal) -> Publication:
+    """A publication of ``journal``'s run starts: from here its files may be in place,
+    so its record says so (a rerun with other contents then refuses)."""
+    journal.forget_listings()
+    publication = Publication(journal.url, time.monotonic())
+    _PUBLICATIONS[:] = [*_PUBLICATIONS[-15:], publication]
+    journal.write_record(**{**journal.extras(journal.record()), "publishing": True})
+    return publication
+
+
+def place(journal: Journal, publication: Publication, names: list[str]) -> None:
+    """Move staged files to the same names in the output, one step each."""
+    for name in names:
+        target = f"{journal.root}/{name}"
+        journal.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        journal.fs.mv(f"{journal.staging}/{name}", target)
+        publication.step("placed a new file")
+
+
+def engine_dir(journal: Journal) -> str:
+    """Where an engine with its own committer writes, to be moved into place on publish."""
+    return f"{journal.staging}/_engine"
+
+
+def written(journal: Journal, folder: str, prefix: str) -> list[str]:
+    """The ``prefix*`` files below ``folder``, at any depth (partition folders)."""
+    if not exists(journal.fs, folder):
+        return []
+    found = journal.fs.find(folder)
+    return sorted(p for p in found if p.rsplit("/", 1)[-1].startswith(prefix))
+
+
+def take(journal: Journal, publication: Publication, prefix: str, *, into: str) -> None:
+    """Move the ``prefix*`` files an engine's committer wrote into the output's ``into``
+    folder, keeping their relative paths (Spark lays a partitioned write out in
+    ``key=value`` folders)."""
+    source = engine_dir(journal)
+    for path in written(journal, source, prefix):
+        moved = f"{into}/{path[len(source) :].lstrip('/')}".lstrip("/")
+        target = f"{journal.root}/{moved}"
+        journal.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        journal.fs.mv(path, target)
+        publication.step("placed a new file")
+
+
+def recorded(journal: Journal, paths: list[str]) -> list[FileRecord]:
+    """Each published file's record: rows from its footer, its size and sha256."""
+    records = []
+    for path in paths:
+        with journal.fs.open(path, "rb") as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+        records.append(
+            FileRecord(
+                output=path[len(journal.root) :].lstrip("/"),
+                rows=rows,
+                sha256=journal.sha256(path),
+                bytes=journal.fs.size(path),
+            )
+        )
+    return records

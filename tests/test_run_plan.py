@@ -1,0 +1,105 @@
+"""The run plan is one frozen, picklable record every engine takes whole; the journal is
+all a worker writes through; each output format is one publisher."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import scoring
+from scoring._engines import base, local, plan, ray, spark, target
+from scoring._journal import Entry, Journal
+from scoring._manifest import Manifest
+from scoring._publish_delta import DeltaPublisher
+from scoring._publish_folder import FolderPublisher
+
+from .test_score_parquet import model_frame, write_input
+
+
+@pytest.fixture
+def planned(tmp_path: Path) -> base.Run:
+    model, X = model_frame("xgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=3)
+    compiled = scoring.compile(model, backend="native")
+    return base.plan_run(str(tmp_path / "in"), str(tmp_path / "out"), compiled, keep=["id"],
+                         engine=local.ENGINE)  # fmt: skip
+
+
+class Seen:
+    """A hook that pickles (an importable class) and records where it ran."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+
+    def __call__(self, entry: Entry) -> None:
+        self.entries.append(entry.relpath)
+
+
+def test_the_plan_is_frozen_and_pickles_whole(planned: base.Run) -> None:
+    run_plan = planned.plan
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run_plan.columns = ()  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(run_plan))
+    assert copy.sha256 == planned.model.sha256 and copy.columns == run_plan.columns
+    assert copy.schema == run_plan.schema and copy.score == run_plan.score
+    assert copy.journal.url == run_plan.journal.url and copy.journal.job_key
+    assert [f.relpath for f in copy.data.fragments] == [f.relpath for f in planned.todo]
+
+
+def test_the_plans_hooks_run_where_files_are_journaled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, X = model_frame("xgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=3)
+    seen = Seen()
+    monkeypatch.setattr(plan, "HOOKS", plan.Hooks(on_file_journaled=seen))
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"], progress=False)
+    assert sorted(seen.entries) == ["part-0.parquet", "part-1.parquet", "part-2.parquet"]
+    assert pickle.loads(pickle.dumps(plan.HOOKS)).on_file_journaled.entries == seen.entries
+
+
+def test_no_engine_restates_the_plans_fields() -> None:
+    """A record an engine keeps beside the plan holds the plan, never its fields."""
+    planned = {f.name for f in dataclasses.fields(plan.RunPlan)}
+    planned |= {f.name for f in dataclasses.fields(plan.ScoreSpec)}
+    records = [base.Run, ray._Spec]
+    for record in records:
+        assert "plan" in {f.name for f in dataclasses.fields(record)}, record
+        restated = planned & {f.name for f in dataclasses.fields(record)}
+        assert not restated, (record.__name__, restated)
+    # Spark's executors take the plan's ScoreSpec, not its fields one by one.
+    assert list(inspect.signature(spark.score_frame).parameters) == [
+        "df", "source", "how", "ran", "counted"
+    ]  # fmt: skip
+
+
+def test_every_output_format_is_one_registered_publisher(tmp_path: Path) -> None:
+    opened: dict[str, Any] = {
+        name: make(str(tmp_path / name), job={"m": 1}, mode=None, overwrite=False,
+                   verify=False, engine_files=(), settings={}, partitions={})
+        for name, make in target.PUBLISHERS.items()
+    }  # fmt: skip
+    assert isinstance(opened["parquet"], FolderPublisher)
+    assert isinstance(opened["delta"], DeltaPublisher)
+    for publisher in opened.values():
+        assert isinstance(publisher.journal, Journal)
+        assert not isinstance(publisher, Journal)  # composed, never a subclass
+
+
+def test_every_manifest_file_has_its_sha256(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=2)
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"], progress=False)
+    manifest = Manifest.from_json((tmp_path / "out" / "_scoring_manifest.json").read_bytes())
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    for record in manifest.published():
+        path = tmp_path / "out" / record.output
+        assert path.stat().st_size == record.bytes
+        assert Journal(str(tmp_path / "out"), job={}).sha256(str(path)) == record.sha256
+        assert pq.read_metadata(path).num_rows == record.rows
