@@ -63,9 +63,8 @@ class CompiledCache:
             if key in self._entries:
                 self._entries.move_to_end(key)
                 return self._entries[key][0]
-            cm = compile_payload(bundle, device=device, backend=backend, strategy=strategy)
-            if isinstance(bundle, Bundle) and isinstance(cm, CompiledModel):
-                check_choice(bundle, cm)
+            cm = compile_payload(bundle, device=device, backend=backend, strategy=strategy,
+                                 check=check_choice)  # fmt: skip
             self._entries[key] = (cm, cm.device_bytes())
             self._evict(cm.device)
             return cm

@@ -30,7 +30,16 @@ from ._outputs import OutputLayout
 from ._progress import StageClock
 from .errors import InputError, MissingColumnError, NonNumericColumnError
 
-__all__ = ["PendingTable", "Scorer"]
+__all__ = ["PendingTable", "Scorer", "check_no_clash"]
+
+
+def check_no_clash(keep: Sequence[str], outputs: Sequence[str]) -> None:
+    """Kept columns and output columns never share a name (one scorer's or a set's)."""
+    clash = sorted(set(keep) & set(outputs))
+    if clash:
+        raise InputError(
+            f"kept column(s) {clash} would collide with the output columns; rename them"
+        )
 
 
 class Scorer:
@@ -49,11 +58,7 @@ class Scorer:
         self.layout = OutputLayout.of(self.forest, outputs)
         self.names = feature_names(self.forest)
         self.output_names = list(self.layout.names)
-        clash = sorted(set(self.keep) & set(self.output_names))
-        if clash:
-            raise InputError(
-                f"kept column(s) {clash} would collide with the output columns; rename them"
-            )
+        check_no_clash(self.keep, self.output_names)
         self.backend: Backend = model.implementation
         self._selected: dict[tuple[str, ...], list[str]] = {}
 

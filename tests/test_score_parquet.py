@@ -387,16 +387,16 @@ def test_out_of_memory_batches_are_split(monkeypatch: pytest.MonkeyPatch) -> Non
     scorer = Scorer(cm)
     whole = scorer.score(pa.Table.from_pandas(X))
     backend = cm.implementation
-    once = backend._score_once
+    once = backend._margins_once
     sizes = []
 
-    def small_device(mat: Any, *, raw: bool) -> Any:
+    def small_device(mat: Any) -> Any:
         sizes.append(len(mat))
         if len(mat) > limit:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return once(mat, raw=raw)
+        return once(mat)
 
-    monkeypatch.setattr(backend, "_score_once", small_device)
+    monkeypatch.setattr(backend, "_margins_once", small_device)
     limit = 1500
     split = scorer.score(pa.Table.from_pandas(X))
     np.testing.assert_allclose(split["probability"], whole["probability"], atol=1e-6)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from functools import cached_property
 
 import numpy as np
@@ -176,11 +177,26 @@ class TensorBackend:
 
     # -- batches for the Scorer -----------------------------------------------------
 
+    @torch.inference_mode()
     def score(
         self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
+        with self._per_call():
+            return finish(self.forest, self._halving(mat), raw=raw)
+
+    @torch.inference_mode()
+    def batch_margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
+        """A job batch's margins ``[B, K]`` (base score included, before the link), its
+        rows staged, split and threaded as :meth:`score` does them: what a set of
+        models' combined forest is scored with, each member linking its own slice."""
+        with self._per_call():
+            return self._halving(mat)
+
+    def _halving(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
+        """The margins of a batch, which is scored in halves where it runs out of device
+        memory (and later batches start at the half that fit)."""
         try:
-            return self._score_once(mat, raw=raw)
+            return self._margins_once(mat)
         except torch.cuda.OutOfMemoryError:
             # Below this the strategy's own scratch is what does not fit: halving again
             # would only turn the batch into millions of failing calls.
@@ -192,26 +208,28 @@ class TensorBackend:
             torch.cuda.empty_cache()
             half = len(mat) // 2
             self.batch_rows = max(MIN_BATCH_ROWS, half)  # later batches start smaller
-            first = self.score(features, mat[:half], raw=raw)
-            second = self.score(features, mat[half:], raw=raw)
-            margins = None
-            if first[1] is not None and second[1] is not None:
-                margins = np.concatenate([first[1], second[1]])
-            return np.concatenate([first[0], second[0]]), margins
+            first = self._halving(mat[:half])
+            if self.device.type == "cuda":  # the next half is staged in the same pinned rows
+                torch.cuda.synchronize(self.device)
+            return torch.cat([first, self._halving(mat[half:])])
 
-    @torch.inference_mode()
-    def _score_once(
-        self, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def _margins_once(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
+        return self.module(self._staged(mat))
+
+    @contextlib.contextmanager
+    def _per_call(self) -> Iterator[None]:
+        """The threads of one job call: ``threads_per_call`` of them, else the caller's
+        (:meth:`_walk_apart`)."""
         if not self.threads_per_call:
             with self._walk_apart():
-                return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+                yield
+            return
         # OpenMP's count is the calling thread's own, but torch keeps a process-wide copy
         # too (read by compiled kernels and new threads): restored after the call, or a
         # fused model scored later in the process runs on one thread (2x slower).
         torch.set_num_threads(self.threads_per_call)
         try:
-            return finish(self.forest, self.module(self._staged(mat)), raw=raw)
+            yield
         finally:
             torch.set_num_threads(self._process_threads)
 

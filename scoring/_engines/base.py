@@ -29,8 +29,16 @@ from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref
 from .._journal import Entry
 from .._lease import OutputLease
-from .._model import CompiledModel, compile_model
-from .._modelset import BundleSet, ModelSet, Scoring, SetScorer, compile_set, scorer_for
+from .._model import compile_model
+from .._modelset import (
+    BundleSet,
+    Scoring,
+    SetScorer,
+    compile_set,
+    is_compiled,
+    scorer_for,
+    shipped,
+)
 from .._progress import RunProgress
 from .._publish import Publisher
 from .._registry import ModelStore
@@ -255,21 +263,19 @@ def resolve_model(
     resolved once for a job; see :class:`ModelSource`."""
     if isinstance(model, ModelSource):
         return model
-    if isinstance(model, ModelSet):
-        return ModelSource(model, model.bundles)
+    if is_compiled(model):  # as scoring.compile returned it: one model, or a set
+        if not local and shipped(model) is None:
+            raise ConfigError(
+                "a compiled model cannot be shipped to workers; pass the registry reference, "
+                "a Bundle, the model file or the fitted model"
+            )
+        return ModelSource(model, shipped(model))
     if isinstance(model, (list, tuple)):
         bundles = bundle_set(model, registry=registry)
         if local:
             return ModelSource(compile_set(bundles, backend=backend, device=device,
                                            strategy=strategy), bundles)  # fmt: skip
         return ModelSource(compile_set(bundles, backend="native"), bundles)
-    if isinstance(model, CompiledModel):
-        if not local:
-            raise ConfigError(
-                "a compiled model cannot be shipped to workers; pass the registry reference, "
-                "a Bundle, the model file or the fitted model"
-            )
-        return ModelSource(model, None)
     bundle: Bundle | None = model if isinstance(model, Bundle) else None
     store: ModelStore | None = None
     if _registry_ref(model):
@@ -312,7 +318,7 @@ def bundle_set(
                 f"'where': ...}}; got keys {sorted(entry)}"
             )
         one = entry["model"]
-        if isinstance(one, (CompiledModel, ModelSet, list, tuple)):
+        if is_compiled(one) or isinstance(one, (list, tuple)):
             raise ConfigError(
                 "a list of models takes registry references, Bundles, model files or fitted "
                 f"models, not {type(one).__name__}"

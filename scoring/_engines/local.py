@@ -164,6 +164,16 @@ def run_local(
     ).run()
 
 
+def _await(event: threading.Event) -> None:
+    """Wait for ``event`` where a signal always reaches the waiting thread.  The kernel
+    may deliver SIGINT or SIGTERM to any thread; CPython then only flags it, and the main
+    thread runs its handler when it next runs Python code, which an untimed wait in the
+    main thread never does (seen: a stopped command that never stopped).  So the wait
+    wakes now and then to let it."""
+    while not event.wait(timeout=0.25):
+        pass
+
+
 class _Lane:
     """One file at a time from reading to writing: the queues between its stages."""
 
@@ -244,11 +254,11 @@ class _Pipeline:
                     threading.Thread(target=body, daemon=True).start()
             try:
                 for event in ended:
-                    event.wait()
+                    _await(event)
             except BaseException:  # Ctrl-C while waiting: the other stages stop first
                 self.failed.set()
                 for event in ended:
-                    event.wait()
+                    _await(event)
                 raise
             pool.shutdown(cancel_futures=True)
         for lane in self.lanes:  # what a stopped writer left

@@ -12,10 +12,9 @@ import logging
 import socket
 from datetime import datetime, timezone
 
-from .._bundle import Bundle
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport
-from .._modelset import BundleSet
+from .._modelset import set_of
 from .._registry import ModelStore, RunRecord
 from ._metrics import publish_metrics
 from ._planner import Plan
@@ -115,9 +114,9 @@ class Recorder:
         sha = report.sha256 if report else self.model.sha256 if self.model else ""
         found = {"ref": self.spec.model_ref, "sha256": sha}
         bundle = self.model.bundle if self.model else None
-        if isinstance(bundle, BundleSet):  # several models: each one's name@version
-            found["version"] = bundle.ref
-        manifest = bundle.manifest if isinstance(bundle, Bundle) else {}
+        if set_of(bundle) is not None:  # several models: each one's name@version
+            found["version"] = bundle.ref  # type: ignore[union-attr]
+        manifest = getattr(bundle, "manifest", None) or {}
         if "name" in manifest:
             found["version"] = f"{manifest['name']}@{manifest['version']}"
         return found

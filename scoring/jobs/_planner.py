@@ -32,7 +32,7 @@ from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, resolve_model
 from .._engines.local import dictionary_columns, parallel_calls
 from .._frameworks import mlflow_tracking
-from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for
+from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for, set_of
 from .._registry import ModelStore
 from .._stores import configured
 from .._version import __version__
@@ -189,8 +189,9 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
 def _reference(store: ModelStore, source: ModelSource) -> Profile | None:
     """The reference profile of the registered version the job scores with, if any (a
     model file or object has none); of a set of models, their profiles as one."""
-    if isinstance(source.bundle, BundleSet):
-        return _set_reference(store, source.bundle)
+    members = set_of(source.bundle)
+    if members is not None:
+        return _set_reference(store, members)
     return _bundle_reference(store, source.bundle)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Tuple, Union  # noqa: UP035  (pandas_udf reads these type hints)
+from typing import Any, Tuple, Union, cast  # noqa: UP035  (pandas_udf reads these type hints)
 
 import pandas as pd
 import pyarrow as pa
@@ -45,16 +45,15 @@ def register_udf(
             "scoring.spark.score_dataframe(df, [...])"
         )
     source = resolve_model(model, registry=registry, local=False)
-    assert isinstance(source.compiled, CompiledModel)  # one model, as checked above
-    spec = output_spec(source.compiled.forest, output)
+    one = cast(CompiledModel, source.compiled)  # one model: a list was refused above
+    spec = output_spec(one.forest, output)
     tune_session(spark)
     payload = spark.sparkContext.broadcast(source.shipped().to_bytes())
 
     def score(
         batches: Iterator[Tuple[Union[pd.Series, pd.DataFrame], ...]],  # noqa: UP006, UP007
     ) -> Iterator[pd.Series]:
-        cm = worker_model(payload, device=device, backend=backend)
-        assert isinstance(cm, CompiledModel)  # a one-model payload
+        cm = cast(CompiledModel, worker_model(payload, device=device, backend=backend))
         scorer = Scorer(cm, outputs="raw" if spec.output in ("raw", "all") else "default")
         for batch in batches:
             yield spec.cut(scorer.score(_features(batch, cm.forest)))
