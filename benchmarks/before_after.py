@@ -9,7 +9,10 @@ the best.  Two parts:
   benchmark shapes (XGBoost 500x8, LightGBM 500x256, a scikit-learn forest 500x8),
   ``predict_proba`` on 1 to 100,000 rows; within a process, the median of its calls;
 - jobs: ``benchmarks/e2e_pipeline.py`` of each tree (the script of this tree, run with
-  each tree's package), each process's median of its rounds.
+  each tree's package), each process's median of its rounds;
+- with ``--ray-rows N``: ``benchmarks/e2e_ray.py --rows N`` the same way (the local
+  engine's job, then the Ray engine's with its local instance and actors, each in a
+  process of its own; the tree's package reaches them through ``PYTHONPATH``).
 
 The earlier commit is checked out as a git worktree in the work folder (removed at the
 end); the models are trained once and saved there (XGBoost and LightGBM in their own
@@ -17,7 +20,7 @@ formats, the forest pickled by this script into its private work folder), so bot
 trees score the same forests.
 
     python benchmarks/before_after.py --previous REV [--pairs 5] [--job-rows 2000000]
-        [--big-rows 200000] [--out FILE]
+        [--big-rows 200000] [--ray-rows 0] [--out FILE]
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ _BOOT = (
 
 def run_tree(tree: Path, args: list[str], *, script: Path, cache: Path) -> str:
     """``script`` run with ``tree``'s package (its kernel built once into ``cache``)."""
-    env = {**os.environ, "SCORING_COMPILE_CACHE": str(cache)}
+    # PYTHONPATH: the processes the script starts (a job's, Ray's workers) take the tree's.
+    env = {**os.environ, "SCORING_COMPILE_CACHE": str(cache), "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", _BOOT, str(tree), str(script), *args],
                           env=env, cwd=tree, capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
@@ -146,12 +150,23 @@ def job_seconds(text: str) -> dict[str, float]:
     return found
 
 
+def engine_seconds(text: str) -> dict[str, float]:
+    """``engine job|backend -> seconds`` from e2e_ray.py's table (one run of each)."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0] in ("local", "ray"):
+            found[f"e2e_ray.py: {cells[0]} engine|{cells[1]}"] = float(cells[4])
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--previous", default="HEAD~1")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--job-rows", type=int, default=2_000_000)
     parser.add_argument("--big-rows", type=int, default=200_000)
+    parser.add_argument("--ray-rows", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "scoring-ab")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -190,6 +205,12 @@ def compare(args: Any, previous_tree: Path) -> None:
             table = run_tree(trees[name], e2e, script=HERE / "e2e_pipeline.py", cache=cache)
             for key, seconds in job_seconds(table).items():
                 jobs[name].setdefault(key, []).append(seconds)
+            if args.ray_rows:
+                ray = ["--rows", str(args.ray_rows), "--work", str(args.work / "e2e-ray"),
+                       "--out", str(args.work / f"ray-{name}.md")]  # fmt: skip
+                table = run_tree(trees[name], ray, script=HERE / "e2e_ray.py", cache=cache)
+                for key, seconds in engine_seconds(table).items():
+                    jobs[name].setdefault(key, []).append(seconds)
     write(args, calls, ran, jobs, loads)
 
 
@@ -217,8 +238,10 @@ def write(args: Any, calls: dict[str, dict[str, list[float]]], ran: dict[str, st
         ratio = statistics.median(after) / statistics.median(before)
         lines.append(f"| {model} | {strategy} | {int(rows):,} | {ran[f'this|{key}']} | "
                      f"{_cell(before, 1e3)} | {_cell(after, 1e3)} | {ratio:.2f} |")  # fmt: skip
+    ray = f"; `e2e_ray.py --rows {args.ray_rows}`" if args.ray_rows else ""
     lines += ["", f"## Jobs: `e2e_pipeline.py --rows {args.job_rows} --big-rows {args.big_rows} "
-              "--rounds 2`, seconds", "", "| model | run | previous | this | this / previous |",
+              f"--rounds 2`{ray}, seconds", "",
+              "| model | run | previous | this | this / previous |",
               "|---|---|---:|---:|---:|"]  # fmt: skip
     for key, after in jobs["this"].items():
         before = jobs["previous"].get(key)

@@ -103,3 +103,33 @@ def test_every_manifest_file_has_its_sha256(tmp_path: Path) -> None:
         assert path.stat().st_size == record.bytes
         assert Journal(str(tmp_path / "out"), job={}).sha256(str(path)) == record.sha256
         assert pq.read_metadata(path).num_rows == record.rows
+
+
+def test_one_options_model_per_engine_serves_job_files_and_engine_options(
+    tmp_path: Path,
+) -> None:
+    from scoring._engines import ENGINES
+    from scoring._engines.base import options_for
+    from scoring.errors import ConfigError, JobFileError
+    from scoring.jobs import load_job
+
+    for name, engine in ENGINES.items():
+        assert type(options_for(engine, {})) is engine.options, name
+    assert options_for(ENGINES["ray"], {"num_workers": 2}).num_workers == 2
+    with pytest.raises(ConfigError, match="option num_workers=0") as wrong:
+        options_for(ENGINES["ray"], {"num_workers": 0})
+    assert "\n" not in str(wrong.value)
+    with pytest.raises(ConfigError, match="has no option 'workers'"):
+        options_for(ENGINES["ray"], {"workers": 2})
+    base_job = 'name = "j"\nmodel = "m.json"\ninput = "in"\noutput = "out"\n'
+    path = tmp_path / "job.toml"
+    path.write_text(base_job + 'engine = "local"\n[local]\nfiles_at_once = 2\n')
+    assert load_job(path).engine_options() == {"files_at_once": 2}
+    path.write_text(base_job + 'engine = "ray"\nworkers = 2\n[ray]\nnum_workers = 2\n')
+    assert load_job(path).engine_options() == {"num_workers": 2}
+    path.write_text(base_job + 'engine = "ray"\nworkers = 3\n[ray]\nnum_workers = 2\n')
+    with pytest.raises(ConfigError, match="sets num_workers twice"):
+        load_job(path).engine_options()
+    path.write_text(base_job + 'engine = "ray"\n[ray]\nnum_wrokers = 2\n')
+    with pytest.raises(JobFileError, match="num_wrokers"):
+        load_job(path)

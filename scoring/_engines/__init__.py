@@ -36,6 +36,7 @@ from .base import (
     ModelSource,
     ScoreReport,
     check_outside_process,
+    options_for,
     plan_run,
     publish,
     report,
@@ -44,7 +45,7 @@ from .base import (
 from .target import output_failures
 
 __all__ = ["ENGINES", "Engine", "ModelSource", "ScoreReport", "engine_named",
-           "resolve_model", "score_parquet"]  # fmt: skip
+           "options_for", "resolve_model", "score_parquet"]  # fmt: skip
 
 
 def engine_named(name: str) -> Engine:
@@ -115,7 +116,7 @@ def score_parquet(
     journaled for a rerun).
     """
     runner = engine_named(engine)
-    options = runner.options(engine_options or {})
+    options = options_for(runner, engine_options or {})
     output, delta_prefix = without_delta_prefix(str(output))
     output_format = output_format or ("delta" if delta_prefix else "parquet")
     if not isinstance(input, InputDataset):

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from .._bundle import Bundle
 from .._catalog import ensure_verified
@@ -57,7 +57,8 @@ __all__ = [
     "ScoreReport",
     "Scored",
     "check_outside_process",
-    "parse_options",
+    "job_options",
+    "options_for",
     "plan_run",
     "publish",
     "register",
@@ -80,17 +81,15 @@ class Engine(Protocol):
     engine_files: tuple[str, ...]
     #: Seconds to start before the first row is scored (cluster, session, workers).
     startup_seconds: float
-    #: The schema of the job file's ``[<name>]`` table (extra keys refused), or None.
-    table: type[BaseModel] | None
+    #: Its options, one validated model (extra keys refused): ``engine_options``, the
+    #: job file's ``[<name>]`` table and the CLI's flags (:func:`options_for`).
+    options: type[BaseModel]
 
     def job_options(
         self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
     ) -> dict[str, Any]:
         """``engine_options`` for a job file: its ``[<name>]`` table, its ``workers`` and
         its per-worker ``[resources]`` (None where the file leaves them to the engine)."""
-
-    def options(self, given: Mapping[str, Any]) -> Any:
-        """The engine's options from ``engine_options`` (ConfigError naming a wrong one)."""
 
     def workers(self, options: Any, *, device: str) -> int:
         """How many workers a run with ``options`` gets (for the planner)."""
@@ -337,16 +336,42 @@ def bundle_set(
     return BundleSet(tuple(bundles), tuple(prefixes), tuple(filters))
 
 
-def parse_options(kind: type[Any], engine: str, given: Mapping[str, Any]) -> Any:
-    """An engine's options dataclass from ``engine_options``, naming a wrong key."""
-    allowed = [f.name for f in fields(kind)]
+def options_for(engine: Engine, given: Mapping[str, Any]) -> Any:
+    """``engine``'s options from ``engine_options``: one line naming a wrong key or
+    value."""
+    kind, name = engine.options, engine.name
+    allowed = list(kind.model_fields)
     unknown = sorted(set(given) - set(allowed))
     if unknown:
         raise ConfigError(
-            f"engine {engine!r} has no option {unknown[0]!r} (options: "
+            f"engine {name!r} has no option {unknown[0]!r} (options: "
             f"{', '.join(allowed) or 'none'})"
         )
-    return kind(**given)
+    try:
+        return kind.model_validate(dict(given))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0])
+        raise ConfigError(
+            f"engine {name!r} option {key}={given.get(key)!r}: {error['msg']}"
+        ) from None
+
+
+def job_options(table: BaseModel | None, engine: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """A job file's engine options: its ``[<engine>]`` table, and the values its shared
+    keys (``workers``, ``[resources]``) give (``given``, None where unset); one value
+    given both ways differently is refused by name."""
+    options = table.model_dump(exclude_none=True) if table is not None else {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if key in options and options[key] != value:
+            raise ConfigError(
+                f"the job file sets {key} twice: {value!r} and [{engine}] {key} = "
+                f"{options[key]!r}; keep one"
+            )
+        options[key] = value
+    return options
 
 
 def plan_run(

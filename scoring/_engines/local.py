@@ -24,15 +24,14 @@ import contextlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from .._backends.staged import Stopped
 from .._dataset import Fragment
@@ -41,8 +40,7 @@ from .._journal import Entry
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
-from ..errors import ConfigError
-from .base import ModelSource, Run, Scored, parse_options, register
+from .base import ModelSource, Run, Scored, job_options, register
 
 __all__ = [
     "ENGINE", "FileFeed", "LocalEngine", "LocalOptions", "StageClock", "cpu_threads",
@@ -344,20 +342,14 @@ class _Pipeline:
             raise
 
 
-@dataclass(frozen=True)
-class LocalOptions:
-    """The local engine's one option: files read and written at once (by default one
-    per ``LANE_CPUS`` CPUs this process may use, see :func:`file_lanes`); its scoring
-    threads follow the CPUs."""
+class LocalOptions(BaseModel):
+    """The local engine's one option (``engine_options``, or a job file's ``[local]``
+    table): files read and written at once (by default one per ``LANE_CPUS`` CPUs this
+    process may use, see :func:`file_lanes`); its scoring threads follow the CPUs."""
 
-    files_at_once: int | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __post_init__(self) -> None:
-        value = self.files_at_once
-        if value is not None and (type(value) is not int or value < 1):
-            raise ConfigError(
-                f"files_at_once={self.files_at_once}: expected at least 1 (or leave it out)"
-            )
+    files_at_once: StrictInt | None = Field(default=None, ge=1)
 
 
 class LocalEngine:
@@ -368,15 +360,12 @@ class LocalEngine:
     resumes = True
     engine_files: tuple[str, ...] = ()
     startup_seconds = 0.0
-    table: type[BaseModel] | None = None
+    options: type[BaseModel] = LocalOptions
 
     def job_options(
         self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
     ) -> dict[str, Any]:
-        return {}
-
-    def options(self, given: Mapping[str, Any]) -> LocalOptions:
-        return parse_options(LocalOptions, self.name, given)
+        return job_options(table, self.name, {})
 
     def workers(self, options: Any, *, device: str) -> int:
         return 1

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from .. import errors
 from .._dataset import Fragment
@@ -40,7 +40,7 @@ from .._modelset import scorer_for
 from .._progress import RunProgress
 from .._stores import install
 from ..errors import EngineError, ScoringError, cause_line, translated
-from .base import ModelSource, Run, Scored, parse_options, register
+from .base import ModelSource, Run, Scored, job_options, register
 from .local import FileFeed, file_lanes, run_local
 from .plan import RunPlan
 from .ray_cluster import (
@@ -54,24 +54,21 @@ from .ray_cluster import (
     worker_name,
 )
 
-__all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions", "RayTable"]
+__all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions"]
 
 
-class RayTable(BaseModel):
-    """A job file's ``[ray]`` table."""
+class RayOptions(BaseModel):
+    """The Ray engine's options: ``engine_options``, a job file's ``[ray]`` table (its
+    ``workers`` and ``[resources]`` give ``num_workers``, ``num_cpus``, ``num_gpus``)
+    and the CLI's ``--ray-address`` and ``--workers``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     address: str | None = None
-
-
-@dataclass(frozen=True)
-class RayOptions:
-    address: str | None = None
-    num_workers: int | None = None
-    num_cpus: float | None = None  # per actor, instead of the planned share
-    num_gpus: float | None = None
-    files_at_once: int | None = None  # per actor (by default one per 4 of its CPUs)
+    num_workers: StrictInt | None = Field(default=None, ge=1)
+    num_cpus: float | None = Field(default=None, gt=0)  # per actor, not the planned share
+    num_gpus: float | None = Field(default=None, ge=0)
+    files_at_once: StrictInt | None = Field(default=None, ge=1)  # per actor: 1 per 4 CPUs
 
 
 @dataclass(frozen=True)
@@ -169,17 +166,13 @@ class RayEngine:
     resumes = True
     engine_files: tuple[str, ...] = ()
     startup_seconds = 15.0  # a local cluster and its actors (benchmarks/results/e2e_ray_cpu.md)
-    table: type[BaseModel] | None = RayTable
-
-    def options(self, given: Mapping[str, Any]) -> RayOptions:
-        return parse_options(RayOptions, self.name, given)
+    options: type[BaseModel] = RayOptions
 
     def job_options(
         self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None
     ) -> dict[str, Any]:
         given = {"num_workers": workers, "num_cpus": cpus, "num_gpus": gpus}
-        options = table.model_dump(exclude_none=True) if table is not None else {}
-        return {**options, **{k: v for k, v in given.items() if v is not None}}
+        return job_options(table, self.name, given)
 
     def workers(self, options: RayOptions, *, device: str) -> int:
         import ray

@@ -21,7 +21,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -38,7 +37,6 @@ from .base import (
     Run,
     Scored,
     count_batch,
-    parse_options,
     register,
 )
 from .plan import ScoreSpec
@@ -49,7 +47,6 @@ __all__ = [
     "PART_PREFIX",
     "SparkEngine",
     "SparkOptions",
-    "SparkTable",
     "local_session",
     "score_frame",
     "task_device",
@@ -170,19 +167,15 @@ def score_frame(
     return df.select(*columns).mapInArrow(score, from_arrow_schema(target))
 
 
-class SparkTable(BaseModel):
-    """A job file's ``[spark]`` table (``conf``: settings for a session the job starts)."""
+class SparkOptions(BaseModel):
+    """The Spark engine's options: ``engine_options``, a job file's ``[spark]`` table
+    and the CLI's ``--spark-master``.  ``master``: by default the active session, else
+    ``local[*]``; ``conf``: settings for a session the job starts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     master: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SparkOptions:
-    master: str | None = None  # default: the active session, else local[*]
-    conf: Mapping[str, str] = field(default_factory=dict)
 
 
 class SparkEngine:
@@ -193,10 +186,7 @@ class SparkEngine:
     resumes = False  # Spark's overwrite mode rescores every file
     engine_files: tuple[str, ...] = (PART_PREFIX,)
     startup_seconds = 20.0  # a local session and its workers (benchmarks/results/e2e_spark_cpu.md)
-    table: type[BaseModel] | None = SparkTable
-
-    def options(self, given: Mapping[str, Any]) -> SparkOptions:
-        return parse_options(SparkOptions, self.name, given)
+    options: type[BaseModel] = SparkOptions
 
     def job_options(
         self, table: Any, *, workers: int | None, cpus: float | None, gpus: float | None

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from .._bundle import Bundle
 from .._dataset import InputDataset, open_input
 from .._drift import ColumnProfile, Profile
-from .._engines import ModelSource, engine_named, resolve_model
+from .._engines import ModelSource, engine_named, options_for, resolve_model
 from .._engines.local import dictionary_columns, parallel_calls
 from .._frameworks import mlflow_tracking
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for, set_of
@@ -162,7 +162,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     workers = (
         int(spec.workers)
         if spec.workers != "auto" and not engine.local
-        else engine.workers(engine.options(spec.engine_options()), device=spec.device)
+        else engine.workers(options_for(engine, spec.engine_options()), device=spec.device)
     )
     startup = engine.startup_seconds + listing
     commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)

@@ -147,9 +147,7 @@ class Resources(_Strict):
 
 #: One optional table per engine that has one (``[ray]``, ``[spark]``), with the engine's
 #: own schema: a new engine brings its table with it.
-_TABLES: dict[str, Any] = {
-    name: (e.table, e.table()) for name, e in ENGINES.items() if e.table is not None
-}
+_TABLES: dict[str, Any] = {name: (e.options, e.options()) for name, e in ENGINES.items()}
 _EngineTables: Any = create_model("_EngineTables", __base__=_Strict, **_TABLES)
 
 
