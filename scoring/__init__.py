@@ -11,6 +11,7 @@ The stable surface::
     cm = reg.load("churn@production")
 
     scoring.score_parquet("s3://in/", "s3://out/", "churn@production", keep=["id"])
+    scoring.score_parquet(..., scoring.Output("delta:s3://t/", mode="append"), ...)
     scoring.spark.register_udf(spark, "score_churn", "churn@production")
     scoring.ray.score_dataset(ds, "churn@production")
     scoring.mlflow.export_model("churn@production")   # MLflow pyfunc; models:/ refs in
@@ -34,12 +35,14 @@ if _TYPE_CHECKING:  # what the names below are; imported on first use (module do
     from ._engines import ScoreReport, score_parquet
     from ._model import CompiledModel
     from ._model import compile_model as compile
+    from ._output_spec import Output
     from ._registry import ModelVersion
 
 __all__ = [
     "Bundle",
     "CompiledModel",
     "ModelVersion",
+    "Output",
     "Registry",
     "ScoreReport",
     "ScoringError",
@@ -56,6 +59,7 @@ _NAMES = {
     "Bundle": ("._bundle", "Bundle"),
     "Registry": ("._catalog", "Registry"),
     "ScoreReport": ("._engines", "ScoreReport"),
+    "Output": ("._output_spec", "Output"),
     "score_parquet": ("._engines", "score_parquet"),
     "CompiledModel": ("._model", "CompiledModel"),
     "compile": ("._model", "compile_model"),

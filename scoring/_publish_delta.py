@@ -51,11 +51,11 @@ log = logging.getLogger("scoring.output")
 
 
 def open_delta(
-    output: str, *, job: dict[str, Any], mode: str | None, overwrite: bool, verify: bool,
+    output: str, *, job: dict[str, Any], mode: str | None, verify: bool,
     engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, pa.DataType],
 ) -> DeltaPublisher:  # fmt: skip
     """A Delta table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
-    mode = mode or ("overwrite" if overwrite else "error")
+    mode = mode or "error"
     if mode not in MODES:
         raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
     _deltalake()  # refused before anything is written when delta-rs is missing

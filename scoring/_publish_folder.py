@@ -43,7 +43,7 @@ __all__ = ["FolderPublisher", "open_folder"]
 
 
 def open_folder(
-    output: str, *, job: dict[str, Any], mode: str | None, overwrite: bool, verify: bool,
+    output: str, *, job: dict[str, Any], mode: str | None, verify: bool,
     engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, Any],
 ) -> FolderPublisher:  # fmt: skip
     """A Parquet folder's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
@@ -53,7 +53,7 @@ def open_folder(
             "is published whole, replacing the previous run (mode 'overwrite')"
         )
     journal = Journal(output, job=job, settings={"format": "parquet", **settings})
-    return FolderPublisher(journal, overwrite=overwrite or mode == "overwrite", verify=verify,
+    return FolderPublisher(journal, overwrite=mode == "overwrite", verify=verify,
                            engine_files=engine_files)  # fmt: skip
 
 
@@ -96,7 +96,7 @@ class FolderPublisher:
             if not same and not self.overwrite:
                 raise OutputError(
                     f"output {self.url!r} already holds a completed run of another model or "
-                    "input; choose a new output or pass overwrite=True (--overwrite)"
+                    "input; choose a new output or overwrite it: mode 'overwrite' (--overwrite)"
                 )
             # The same job with a published file deleted or replaced rescores what it
             # needs; another job replaces it.

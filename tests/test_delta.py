@@ -285,8 +285,8 @@ def test_delta_in_and_out_on_s3(s3_bucket: str, tmp_path: Path,
     options = delta_storage_options(source)
     deltalake.write_deltalake(source, X, partition_by=["region"], storage_options=options)
     scoring.score_parquet(source, f"delta:{out}", str(path), keep=["id"], progress=False)
-    scoring.score_parquet(source, f"delta:{out}", str(path), keep=["id"], progress=False,
-                          mode="append")  # fmt: skip
+    scoring.score_parquet(source, scoring.Output(f"delta:{out}", mode="append"), str(path),
+                          keep=["id"], progress=False)  # fmt: skip
     table = deltalake.DeltaTable(out, storage_options=options)
     assert table.version() == 1
     frame = table.to_pandas().sort_values(["id"]).reset_index(drop=True)
@@ -328,8 +328,8 @@ def test_spark_engine_reads_and_writes_delta(
     _appended(tmp_path / "in", X, 2)
     out = tmp_path / "scores"
     for mode in ("error", "append"):
-        scoring.score_parquet(tmp_path / "in", f"delta:{out}", str(path), engine="spark",
-                              keep=["id", "region"], progress=False, mode=mode,
+        scoring.score_parquet(tmp_path / "in", scoring.Output(f"delta:{out}", mode=mode),
+                              str(path), engine="spark", keep=["id", "region"], progress=False,
                               engine_options={"master": "local[1]"})  # fmt: skip
     table = deltalake.DeltaTable(str(out))
     assert table.version() == 1

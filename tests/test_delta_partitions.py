@@ -50,10 +50,10 @@ def _adds(table: Path) -> list[dict[str, Any]]:
     return adds
 
 
-def _run(root: Path, model: str, **kw: Any) -> Any:
-    return scoring.score_parquet(root / "features", f"delta:{root / 'scores'}", model,
-                                 keep=["id", "date"], partition_by=["date"], progress=False,
-                                 **kw)  # fmt: skip
+def _run(root: Path, model: str, mode: str | None = None, **kw: Any) -> Any:
+    out = scoring.Output(f"delta:{root / 'scores'}", mode=mode, partition_by=["date"])
+    return scoring.score_parquet(root / "features", out, model, keep=["id", "date"],
+                                 progress=False, **kw)  # fmt: skip
 
 
 def test_stats_and_partitions_are_those_delta_rs_writes(nightly: tuple[Path, str, Any]) -> None:
@@ -130,9 +130,10 @@ def test_partitions_that_cannot_be_are_refused_by_name(
     root, model, _ = nightly
     out = root / "scores"
     fmt = given.pop("output_format", "delta")
+    target = scoring.Output(str(out) if fmt == "parquet" else f"delta:{out}", **given)
     with pytest.raises(ConfigError, match=says):
-        scoring.score_parquet(root / "features", str(out) if fmt == "parquet" else f"delta:{out}",
-                              model, keep=["id", "date"], progress=False, **given)  # fmt: skip
+        scoring.score_parquet(root / "features", target, model, keep=["id", "date"],
+                              progress=False)  # fmt: skip
     assert not out.exists()
 
 
@@ -176,10 +177,11 @@ def test_two_partition_columns_replace_exactly_the_pairs_a_run_writes(
             folder.mkdir(parents=True)
             shutil.copy(root / "features" / f"date={day}" / "part-0.parquet", folder)
 
-    def run(**kw: Any) -> Any:
-        return scoring.score_parquet(source, f"delta:{root / 'scores'}", model,
-                                     keep=["id", "date", "region"], progress=False,
-                                     partition_by=["date", "region"], **kw)  # fmt: skip
+    def run(mode: str | None = None) -> Any:
+        out = scoring.Output(f"delta:{root / 'scores'}", mode=mode,
+                             partition_by=["date", "region"])  # fmt: skip
+        return scoring.score_parquet(source, out, model, keep=["id", "date", "region"],
+                                     progress=False)  # fmt: skip
 
     run()
     for day, region in [(DAYS[0], "eu"), (DAYS[0], "us"), (DAYS[2], "us")]:

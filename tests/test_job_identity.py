@@ -41,9 +41,9 @@ def _expected(model: Any, X: pd.DataFrame) -> np.ndarray:
     return np.asarray(model.predict_proba(X))[:, 1]
 
 
-def _score(source: Any, tmp_path: Path, **kw: Any) -> scoring.ScoreReport:
-    return scoring.score_parquet(tmp_path / "in", tmp_path / "out", source, keep=["id"],
-                                 backend="native", progress=False, **kw)  # fmt: skip
+def _score(source: Any, tmp_path: Path, output: Any = None, **kw: Any) -> scoring.ScoreReport:
+    return scoring.score_parquet(tmp_path / "in", output or tmp_path / "out", source,
+                                 keep=["id"], backend="native", progress=False, **kw)  # fmt: skip
 
 
 @pytest.mark.parametrize("form", ["file", "object"])
@@ -66,7 +66,7 @@ def test_a_retrained_model_is_refused_then_replaces_with_overwrite(
     with pytest.raises(OutputError, match="another model"):
         _score(source(new), tmp_path)
     np.testing.assert_allclose(_published(tmp_path / "out"), _expected(old, X), atol=1e-6)
-    replaced = _score(source(new), tmp_path, overwrite=True)
+    replaced = _score(source(new), tmp_path, scoring.Output(tmp_path / "out", mode="overwrite"))
     assert not replaced.already_complete and replaced.rows == len(X)
     np.testing.assert_allclose(_published(tmp_path / "out"), _expected(new, X), atol=1e-6)
 

@@ -97,8 +97,9 @@ def _call(world: dict[str, Any], out: str, fmt: str, **given: Any) -> Any:
         model = [{"model": model, "prefix": "m", "where": p["where"]}]
     source = world["table"] if p["input_version"] is not None else world["inputs"][p["input"]]
     mode = p["mode"] or ("append" if fmt == "delta" else None)
-    return dict(input=source, output=f"delta:{out}" if fmt == "delta" else out, model=model,
-                keep=p["keep"], outputs=p["outputs"], mode=mode, verify=p["verify"],
+    output = scoring.Output(f"delta:{out}" if fmt == "delta" else out, mode=mode)
+    return dict(input=source, output=output, model=model,
+                keep=p["keep"], outputs=p["outputs"], verify=p["verify"],
                 engine_options=p["engine_options"], input_version=p["input_version"],
                 progress=False)  # fmt: skip
 
@@ -159,8 +160,9 @@ def test_the_issue_repro_overwrite_stopped_then_append_keeps_the_rows(
                 progress=False)  # fmt: skip
     scoring.score_parquet(**base)
     with pytest.raises(Stopped):
-        scoring.score_parquet(**base, mode="overwrite", before_publish=_stop)
-    scoring.score_parquet(**base, mode="append")
+        scoring.score_parquet(**{**base, "output": scoring.Output(out, mode="overwrite")},
+                              before_publish=_stop)  # fmt: skip
+    scoring.score_parquet(**{**base, "output": scoring.Output(out, mode="append")})
     assert len(deltalake.DeltaTable(str(tmp_path / "t")).to_pandas()) == 2 * ROWS
 
 
@@ -186,7 +188,7 @@ def test_a_changed_content_while_publishing_is_refused_by_name(
     with pytest.raises(OutputError, match=r"kept columns.*finish it first"):
         scoring.score_parquet(**changed)
     scoring.score_parquet(**call)
-    scoring.score_parquet(**changed, overwrite=True)
+    scoring.score_parquet(**{**changed, "output": scoring.Output(str(out), mode="overwrite")})
     assert "b" in pq.read_table(out).column_names
 
 

@@ -81,8 +81,8 @@ def test_no_engine_restates_the_plans_fields() -> None:
 
 def test_every_output_format_is_one_registered_publisher(tmp_path: Path) -> None:
     opened: dict[str, Any] = {
-        name: make(str(tmp_path / name), job={"m": 1}, mode=None, overwrite=False,
-                   verify=False, engine_files=(), settings={}, partitions={})
+        name: make(str(tmp_path / name), job={"m": 1}, mode=None, verify=False,
+                   engine_files=(), settings={}, partitions={})
         for name, make in target.PUBLISHERS.items()
     }  # fmt: skip
     assert isinstance(opened["parquet"], FolderPublisher)

@@ -202,8 +202,9 @@ def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -
     holder.acquire()
     try:
         with pytest.raises(OutputError, match=r"being written by another run \(pid "):
-            scoring.score_parquet(*args, engine="spark", keep=["id"], outputs="raw",
-                                  overwrite=True, registry=registry, progress=False)  # fmt: skip
+            scoring.score_parquet(args[0], scoring.Output(args[1], mode="overwrite"), *args[2:],
+                                  engine="spark", keep=["id"], outputs="raw",
+                                  registry=registry, progress=False)  # fmt: skip
     finally:
         holder.release()
     assert (tmp_path / "out" / "_scoring_manifest.json").read_text() == published

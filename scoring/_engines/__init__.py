@@ -25,6 +25,7 @@ from typing import Any
 from .._dataset import InputDataset, open_input, without_delta_prefix
 from .._drift import Profile
 from .._lease import OutputLease
+from .._output_spec import Output, output_of
 from .._progress import RunProgress
 from .._registry import ModelStore, root_url
 from .._stores import configured, store_config
@@ -56,7 +57,7 @@ def engine_named(name: str) -> Engine:
 
 def score_parquet(
     input: str | os.PathLike[str] | InputDataset,
-    output: str | os.PathLike[str],
+    output: str | os.PathLike[str] | Output,
     model: Any,
     *,
     engine: str = "local",
@@ -66,7 +67,6 @@ def score_parquet(
     backend: str = "auto",
     strategy: str = "auto",
     registry: str | os.PathLike[str] | ModelStore | None = None,
-    overwrite: bool = False,
     verify: bool = False,
     progress: bool = True,
     engine_options: Mapping[str, Any] | None = None,
@@ -74,21 +74,18 @@ def score_parquet(
     storage_options: Mapping[str, Any] | None = None,
     monitor: Profile | None = None,
     before_publish: Callable[[ScoreReport], None] | None = None,
-    output_format: str | None = None,
-    mode: str | None = None,
     input_version: int | str | None = None,
-    partition_by: Sequence[str] = (),
+    **deprecated: Any,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
     ``input`` may be a Delta Lake table (a folder with ``_delta_log``, or ``delta:URL``):
     its latest version, or ``input_version`` (a number, or an ISO 8601 time: the version
-    current then), is read and recorded.  ``output_format``
-    ``"delta"`` (or an output written ``delta:URL``) writes a Delta table in one commit;
-    ``mode`` ``error`` (default: refuse an existing table), ``append``, ``overwrite`` or
-    ``overwrite_partitions`` (only the partitions this run writes are replaced: Spark's
-    dynamic partition overwrite).  ``partition_by``: the table's partition columns, kept
-    columns that partition the input (a nightly input's ``date=`` folders).
+    current then), is read and recorded.  ``output``: a location (``delta:URL`` for a
+    Delta table), or a :class:`~scoring.Output` naming its format, mode and partition
+    columns (``Output("delta:s3://t", mode="append")``).  The loose ``overwrite``,
+    ``output_format``, ``mode`` and ``partition_by`` of earlier versions still work and
+    warn (``DeprecationWarning``).
 
     ``backend`` and ``strategy`` as :func:`scoring.compile` takes them: a strategy named
     is what runs on every worker (it implies the tensor backend).
@@ -115,10 +112,10 @@ def score_parquet(
     anything is published: an error it raises publishes nothing (the files stay
     journaled for a rerun).
     """
+    target = output_of(output, deprecated)
     runner = engine_named(engine)
     options = options_for(runner, engine_options or {})
-    output, delta_prefix = without_delta_prefix(str(output))
-    output_format = output_format or ("delta" if delta_prefix else "parquet")
+    output = target.url
     if not isinstance(input, InputDataset):
         input = without_delta_prefix(str(input))[0]
     source_url = input.url if isinstance(input, InputDataset) else str(input)
@@ -135,9 +132,10 @@ def score_parquet(
         lease = OutputLease(str(output))
         try:
             run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                           overwrite=overwrite, verify=verify, engine=runner, device=device,
-                           backend=backend, strategy=strategy, lease=lease, stores=stores,
-                           output_format=output_format, mode=mode, partition_by=partition_by,
+                           verify=verify, engine=runner, device=device, backend=backend,
+                           strategy=strategy, lease=lease, stores=stores,
+                           output_format=target.kind, mode=target.mode,
+                           partition_by=target.partition_by,
                            settings={"engine_options": dict(engine_options or {})},
                            monitor=monitor)  # fmt: skip
             if run.complete:

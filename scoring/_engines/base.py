@@ -381,7 +381,6 @@ def plan_run(
     *,
     keep: Sequence[str] = (),
     outputs: str | Sequence[str] = "default",
-    overwrite: bool = False,
     verify: bool = False,
     engine: Engine,
     device: str = "auto",
@@ -425,7 +424,7 @@ def plan_run(
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
     publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
-                              overwrite=overwrite, verify=verify,
+                              verify=verify,
                               engine_files=engine.engine_files, settings=given,
                               partitions=partitions)  # fmt: skip
     data = pinned(data, publisher)

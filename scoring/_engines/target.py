@@ -29,16 +29,16 @@ PUBLISHERS: dict[str, Callable[..., Publisher]] = {"parquet": open_folder, "delt
 
 def publisher_for(
     output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
-    overwrite: bool, verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
+    verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
     partitions: dict[str, pa.DataType],
 ) -> Publisher:  # fmt: skip
     """The output's publisher, by its format, given what the run was given
     (``settings``, see :mod:`scoring._staging`)."""
     if output_format not in PUBLISHERS:
         raise ConfigError(f"output format {output_format!r}: expected {' or '.join(PUBLISHERS)}")
-    return PUBLISHERS[output_format](output, job=job, mode=mode, overwrite=overwrite,
-                                     verify=verify, engine_files=engine_files,
-                                     settings=settings, partitions=partitions)  # fmt: skip
+    return PUBLISHERS[output_format](output, job=job, mode=mode, verify=verify,
+                                     engine_files=engine_files, settings=settings,
+                                     partitions=partitions)  # fmt: skip
 
 
 def partitions_of(

@@ -142,6 +142,7 @@ def score(
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from .._engines import score_parquet
+    from .._output_spec import Output
     from .._progress import waiting
     from .._registry import ModelStore
 
@@ -160,9 +161,15 @@ def score(
             if registry_db
             else registry
         )
+        target = Output(
+            output,
+            format=None if output_format == "parquet" else output_format,
+            mode=mode or ("overwrite" if overwrite else None),
+            partition_by=_columns(partition_by or ""),
+        )
         result = score_parquet(
             input,
-            output,
+            target,
             entries,
             engine=engine,
             keep=_columns(keep),
@@ -171,15 +178,11 @@ def score(
             backend=backend,
             strategy=strategy,
             registry=store,
-            overwrite=overwrite,
             verify=verify,
             engine_options=options,
             storage_options=stores,
             on_progress=written,
-            output_format=None if output_format == "parquet" else output_format,
-            mode=mode,
             input_version=input_version,
-            partition_by=_columns(partition_by or ""),
         )
     messages.print(f"scored {result.summary()}")
     if result.busy():

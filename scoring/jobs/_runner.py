@@ -15,6 +15,7 @@ from typing import Any
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
+from .._output_spec import Output
 from .._registry import RunRecord, describe_trend, trend
 from .._stores import configured
 from ..errors import (
@@ -252,14 +253,15 @@ def _with_retries(
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):
         try:
+            target = Output(spec.output, format=spec.format, mode=spec.mode,
+                            partition_by=spec.partition_by)  # fmt: skip
             report = score_parquet(
-                data, spec.output, model, engine=spec.engine, keep=spec.keep,
+                data, target, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 strategy=spec.strategy, verify=spec.verify, registry=spec.registry,
                 engine_options=spec.engine_options(), on_progress=watch, progress=progress,
                 storage_options=spec.storage_options, monitor=checks.reference,
-                before_publish=checks, output_format=spec.format, mode=spec.mode,
-                partition_by=spec.partition_by,
+                before_publish=checks,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:
