@@ -17,7 +17,7 @@ into place one step at a time, and reading back the files an engine's committer 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +42,8 @@ class Publisher(Protocol):
     journal: Journal
     #: The output's partition columns (left to the files' ``key=value`` folders).
     partition_by: list[str]
+    #: Called after each step of a publication (the plan's ``on_publish_step`` hook).
+    on_step: Callable[[str], None] | None
 
     def check_target(self, fragments: list[Fragment]) -> bool:
         """True when the output already holds this run, complete; raise when it holds
@@ -70,9 +72,14 @@ class Publication:
     url: str
     started: float  # time.monotonic()
     phase: str = "publishing"
+    #: The run plan's ``on_publish_step`` hook.
+    on_step: Callable[[str], None] | None = None
 
     def step(self, done: str) -> None:
-        """Called after each step of a publication (the fault tests stop it there)."""
+        """Called after each step of a publication, saying what it did: the plan's
+        ``on_publish_step`` hook runs here (the fault tests stop a publication there)."""
+        if self.on_step is not None:
+            self.on_step(done)
 
 
 _PUBLICATIONS: list[Publication] = []
@@ -83,11 +90,12 @@ def publications_since(started: float) -> list[Publication]:
     return [p for p in _PUBLICATIONS if p.started >= started]
 
 
-def begin(journal: Journal) -> Publication:
+def begin(journal: Journal, on_step: Callable[[str], None] | None = None) -> Publication:
     """A publication of ``journal``'s run starts: from here its files may be in place,
-    so its record says so (a rerun with other contents then refuses)."""
+    so its record says so (a rerun with other contents then refuses).  ``on_step``: the
+    plan's hook, called after each step."""
     journal.forget_listings()
-    publication = Publication(journal.url, time.monotonic())
+    publication = Publication(journal.url, time.monotonic(), on_step=on_step)
     _PUBLICATIONS[:] = [*_PUBLICATIONS[-15:], publication]
     journal.write_record(**{**journal.extras(journal.record()), "publishing": True})
     return publication

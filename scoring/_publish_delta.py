@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -53,6 +53,7 @@ log = logging.getLogger("scoring.output")
 def open_delta(
     output: str, *, job: dict[str, Any], mode: str | None, verify: bool,
     engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, pa.DataType],
+    on_step: Callable[[str], None] | None = None,
 ) -> DeltaPublisher:  # fmt: skip
     """A Delta table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
     mode = mode or "error"
@@ -61,7 +62,7 @@ def open_delta(
     _deltalake()  # refused before anything is written when delta-rs is missing
     settings = {"format": "delta", "mode": mode, "partition_by": list(partitions), **settings}
     return DeltaPublisher(Journal(output, job=job, settings=settings), mode=mode,
-                          partition_by=partitions)  # fmt: skip
+                          partition_by=partitions, on_step=on_step)  # fmt: skip
 
 
 class DeltaPublisher:
@@ -71,7 +72,9 @@ class DeltaPublisher:
         *,
         mode: str = "error",
         partition_by: dict[str, pa.DataType] | None = None,
+        on_step: Callable[[str], None] | None = None,
     ):
+        self.on_step = on_step
         #: The staging's journal; once the target is checked, one naming the run's folder.
         self.journal = journal
         self.url = journal.url
@@ -158,7 +161,7 @@ class DeltaPublisher:
     def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
         """Move the staged files into the table, then one commit that adds them all."""
         journal = self.journal
-        publication = begin(journal)
+        publication = begin(journal, self.on_step)
         publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
         # A file not staged was moved by an earlier, interrupted publish.
@@ -176,7 +179,7 @@ class DeltaPublisher:
         """The ``prefix*`` files an engine's own committer wrote (Spark's) moved into the
         run's folder and added in one commit, as :meth:`publish` does."""
         journal = self.journal
-        publication = begin(journal)
+        publication = begin(journal, self.on_step)
         publication.phase = "committing"
         take(journal, publication, prefix, into=self._folder)
         files = recorded(journal, written(journal, f"{journal.root}/{self._folder}", prefix))

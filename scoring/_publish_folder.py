@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = ["FolderPublisher", "open_folder"]
 def open_folder(
     output: str, *, job: dict[str, Any], mode: str | None, verify: bool,
     engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, Any],
+    on_step: Callable[[str], None] | None = None,
 ) -> FolderPublisher:  # fmt: skip
     """A Parquet folder's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
     if mode not in (None, "error", "overwrite"):
@@ -54,7 +55,7 @@ def open_folder(
         )
     journal = Journal(output, job=job, settings={"format": "parquet", **settings})
     return FolderPublisher(journal, overwrite=mode == "overwrite", verify=verify,
-                           engine_files=engine_files)  # fmt: skip
+                           engine_files=engine_files, on_step=on_step)  # fmt: skip
 
 
 class FolderPublisher:
@@ -65,8 +66,10 @@ class FolderPublisher:
         overwrite: bool = False,
         verify: bool = False,
         engine_files: tuple[str, ...] = (),
+        on_step: Callable[[str], None] | None = None,
     ):
         self.journal = journal
+        self.on_step = on_step
         self.url = journal.url
         self.overwrite = overwrite
         self.verify = verify  # a complete output's files are read back and hashed
@@ -155,7 +158,7 @@ class FolderPublisher:
         """Move every staged file into place, then the manifest, then ``_SUCCESS``
         (a previous complete output's files set aside first, see the module docstring)."""
         journal = self.journal
-        publication = begin(journal)
+        publication = begin(journal, self.on_step)
         entries = sorted(entries, key=lambda e: e.relpath)
         keep = {e.output for e in entries}
         staged = {e.output for e in entries if exists(journal.fs, f"{journal.staging}/{e.output}")}
@@ -174,7 +177,7 @@ class FolderPublisher:
         run's files there go first, set aside as :meth:`publish` does), record them,
         then the manifest, then ``_SUCCESS``."""
         journal = self.journal
-        publication = begin(journal)
+        publication = begin(journal, self.on_step)
         manifest = self._manifest()
         old = set(manifest.names() if manifest else ()) | {
             p[len(self._root) :].lstrip("/") for p in journal.fs.glob(f"{self._root}/{prefix}*")

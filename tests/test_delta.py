@@ -154,8 +154,7 @@ def test_a_delta_table_lacking_a_feature_is_one_line_and_nothing_is_written(
 #: a step of publication) until a signal stops it (bounded: a lost signal fails).
 HELD_AT = """
 import sys, threading
-from scoring._journal import Journal
-from scoring._publish import Publication
+from scoring._engines import plan
 
 target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
 def hold(done):
@@ -164,13 +163,8 @@ def hold(done):
         print("held", flush=True)
         if not threading.Event().wait(timeout=300):
             raise RuntimeError("no signal stopped the command")
-finish = Journal.finish
-def journaled(self, *args, **kwargs):
-    entry = finish(self, *args, **kwargs)
-    hold("journaled a file")
-    return entry
-Journal.finish = journaled
-Publication.step = lambda self, done: hold(done)
+plan.HOOKS = plan.Hooks(on_file_journaled=lambda entry: hold("journaled a file"),
+                        on_publish_step=hold)
 sys.argv = ["scoring", *sys.argv[3:]]
 from scoring.cli import app
 app()

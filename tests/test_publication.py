@@ -34,16 +34,16 @@ runner = CliRunner()
 #: until a signal stops it (bounded, so that a signal that never lands fails the test).
 STOPPED_AT = """
 import sys, threading
-from scoring._publish import Publication
+from scoring._engines import plan
 
 target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
-def step(self, done):
+def step(done):
     seen[done] = seen.get(done, 0) + 1
     if done == target and seen[done] == wanted:
         print("held", flush=True)
         if not threading.Event().wait(timeout=300):
             raise RuntimeError("no signal stopped the publication")
-Publication.step = step
+plan.HOOKS = plan.Hooks(on_publish_step=step)
 sys.argv = ["scoring", *sys.argv[3:]]
 from scoring.cli import app
 app()
@@ -224,8 +224,8 @@ def test_a_sigterm_a_library_swallows_still_stops_the_command(tmp_path: Path, ru
     command = [*runs["new"], "--output", str(out)]
     script = """
 import os, signal, sys
-from scoring._publish import Publication
-def step(self, done):
+from scoring._engines import plan
+def step(done):
     if done == "placed a new file":
         try:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -233,7 +233,7 @@ def step(self, done):
                 pass
         except:  # noqa: E722  (a library's bare except)
             pass
-Publication.step = step
+plan.HOOKS = plan.Hooks(on_publish_step=step)
 sys.argv = ["scoring", *sys.argv[1:]]
 from scoring.cli import app
 app()

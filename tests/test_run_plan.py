@@ -64,6 +64,19 @@ def test_the_plans_hooks_run_where_files_are_journaled(
     assert pickle.loads(pickle.dumps(plan.HOOKS)).on_file_journaled.entries == seen.entries
 
 
+def test_the_plans_publish_hook_sees_every_step_on_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, X = model_frame("xgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=2)
+    steps: list[str] = []
+    monkeypatch.setattr(plan, "HOOKS", plan.Hooks(on_publish_step=steps.append))
+    scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, keep=["id"], progress=False)
+    assert steps == ["placed a new file"] * 2 + [
+        "wrote the new manifest", "marked the output complete"
+    ]  # fmt: skip
+
+
 def test_no_engine_restates_the_plans_fields() -> None:
     """A record an engine keeps beside the plan holds the plan, never its fields."""
     planned = {f.name for f in dataclasses.fields(plan.RunPlan)}

@@ -421,12 +421,13 @@ def plan_run(
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    hooks = plan_hooks.HOOKS if hooks is None else hooks
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
     publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
-                              verify=verify,
-                              engine_files=engine.engine_files, settings=given,
-                              partitions=partitions)  # fmt: skip
+                              verify=verify, engine_files=engine.engine_files,
+                              settings=given, partitions=partitions,
+                              on_step=hooks.on_publish_step)  # fmt: skip
     data = pinned(data, publisher)
     complete = publisher.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
@@ -443,7 +444,7 @@ def plan_run(
         schema,
         score,
         stores=dict(stores or {}),
-        hooks=plan_hooks.HOOKS if hooks is None else hooks,
+        hooks=hooks,
     )
     return Run(plan, model, scorer, todo, done, complete, publisher)
 

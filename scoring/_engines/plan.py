@@ -34,6 +34,9 @@ class Hooks:
     #: In the file's writer, once its entry is journaled and before it is reported
     #: done: no other file of that writer is journaled meanwhile.
     on_file_journaled: Callable[[Entry], None] | None = None
+    #: On the driver, after each step of the publication, with what it did ("placed a
+    #: new file", "wrote the new manifest", ...; :mod:`scoring._publish`).
+    on_publish_step: Callable[[str], None] | None = None
 
     def file_journaled(self, entry: Entry) -> None:
         if self.on_file_journaled is not None:

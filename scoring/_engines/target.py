@@ -30,7 +30,7 @@ PUBLISHERS: dict[str, Callable[..., Publisher]] = {"parquet": open_folder, "delt
 def publisher_for(
     output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
     verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
-    partitions: dict[str, pa.DataType],
+    partitions: dict[str, pa.DataType], on_step: Callable[[str], None] | None = None,
 ) -> Publisher:  # fmt: skip
     """The output's publisher, by its format, given what the run was given
     (``settings``, see :mod:`scoring._staging`)."""
@@ -38,7 +38,7 @@ def publisher_for(
         raise ConfigError(f"output format {output_format!r}: expected {' or '.join(PUBLISHERS)}")
     return PUBLISHERS[output_format](output, job=job, mode=mode, verify=verify,
                                      engine_files=engine_files, settings=settings,
-                                     partitions=partitions)  # fmt: skip
+                                     partitions=partitions, on_step=on_step)  # fmt: skip
 
 
 def partitions_of(
