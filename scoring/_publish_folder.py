@@ -148,9 +148,10 @@ class FolderPublisher:
         fragment done for this job (file intact)."""
         self.journal.forget_listings()
         manifest = self._complete()
-        mine = manifest is not None and manifest.job_key == self.journal.job_key
-        published = manifest.fragments if mine and manifest.files is None else []  # type: ignore[union-attr]
-        return self.journal.completed(fragments, published=published)  # type: ignore[arg-type]
+        published: list[Entry] = []
+        if manifest is not None and manifest.job_key == self.journal.job_key:
+            published = [e for e in manifest.fragments if isinstance(e, Entry)]
+        return self.journal.completed(fragments, published=published)
 
     # -- publication ---------------------------------------------------------------
 

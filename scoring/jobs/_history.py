@@ -114,8 +114,9 @@ class Recorder:
         sha = report.sha256 if report else self.model.sha256 if self.model else ""
         found = {"ref": self.spec.model_ref, "sha256": sha}
         bundle = self.model.bundle if self.model else None
-        if set_of(bundle) is not None:  # several models: each one's name@version
-            found["version"] = bundle.ref  # type: ignore[union-attr]
+        members = set_of(bundle)
+        if members is not None:  # several models: each one's name@version
+            found["version"] = members.ref
         manifest = getattr(bundle, "manifest", None) or {}
         if "name" in manifest:
             found["version"] = f"{manifest['name']}@{manifest['version']}"
