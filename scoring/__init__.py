@@ -11,7 +11,9 @@ The stable surface::
     cm = reg.load("churn@production")
 
     scoring.score_parquet("s3://in/", "s3://out/", "churn@production", keep=["id"])
-    scoring.score_parquet(..., scoring.Output("delta:s3://t/", mode="append"), ...)
+    scoring.score_parquet(scoring.Input("delta:s3://in/", version=12),
+                          scoring.Output("delta:s3://t/", mode="append"), "churn@production",
+                          run=scoring.RunOptions(verify=True))
     scoring.spark.register_udf(spark, "score_churn", "churn@production")
     scoring.ray.score_dataset(ds, "churn@production")
     scoring.mlflow.export_model("churn@production")   # MLflow pyfunc; models:/ refs in
@@ -35,15 +37,17 @@ if _TYPE_CHECKING:  # what the names below are; imported on first use (module do
     from ._engines import ScoreReport, score_parquet
     from ._model import CompiledModel
     from ._model import compile_model as compile
-    from ._output_spec import Output
     from ._registry import ModelVersion
+    from ._specs import Input, Output, RunOptions
 
 __all__ = [
     "Bundle",
     "CompiledModel",
+    "Input",
     "ModelVersion",
     "Output",
     "Registry",
+    "RunOptions",
     "ScoreReport",
     "ScoringError",
     "__version__",
@@ -59,7 +63,9 @@ _NAMES = {
     "Bundle": ("._bundle", "Bundle"),
     "Registry": ("._catalog", "Registry"),
     "ScoreReport": ("._engines", "ScoreReport"),
-    "Output": ("._output_spec", "Output"),
+    "Input": ("._specs", "Input"),
+    "Output": ("._specs", "Output"),
+    "RunOptions": ("._specs", "RunOptions"),
     "score_parquet": ("._engines", "score_parquet"),
     "CompiledModel": ("._model", "CompiledModel"),
     "compile": ("._model", "compile_model"),

@@ -85,18 +85,21 @@ def test_delta_input_scores_its_snapshot_with_partition_columns(
     manifest = (out / "_scoring_manifest.json").read_text()
     assert '"input_snapshot": {\n  "format": "delta",\n  "version": 1\n }' in manifest
     # An older version, asked for by number.
-    older = scoring.score_parquet(f"delta:{tmp_path / 'in'}", tmp_path / "v0", str(path),
-                                  keep=["id"], progress=False, input_version=0)  # fmt: skip
+    older = scoring.score_parquet(scoring.Input(f"delta:{tmp_path / 'in'}", version=0),
+                                  tmp_path / "v0", str(path), keep=["id"],
+                                  progress=False)  # fmt: skip
     assert older.rows == ROWS // 2  # the first of its two versions
     # Or by time: the version current when the first was committed; none before it.
     first = min(h["timestamp"] for h in deltalake.DeltaTable(str(tmp_path / "in")).history())
     when = datetime.fromtimestamp(first / 1000, timezone.utc)
-    at = scoring.score_parquet(tmp_path / "in", tmp_path / "at", str(path), keep=["id"],
-                               progress=False, input_version=when.isoformat())  # fmt: skip
+    at = scoring.score_parquet(scoring.Input(tmp_path / "in", version=when.isoformat()),
+                               tmp_path / "at", str(path), keep=["id"],
+                               progress=False)  # fmt: skip
     assert at.rows == ROWS // 2
     with pytest.raises(scoring.errors.InputFileError, match="has no version at"):
-        scoring.score_parquet(tmp_path / "in", tmp_path / "before", str(path), progress=False,
-                              input_version=(when - timedelta(days=1)).isoformat())  # fmt: skip
+        earlier = (when - timedelta(days=1)).isoformat()
+        scoring.score_parquet(scoring.Input(tmp_path / "in", version=earlier),
+                              tmp_path / "before", str(path), progress=False)  # fmt: skip
     assert not (tmp_path / "before").exists()
 
 

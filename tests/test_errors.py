@@ -22,7 +22,8 @@ from scoring.errors import TRANSLATIONS, ScoringError, translated
 from .conftest import built
 
 PUBLIC = {
-    "scoring": {"Bundle", "CompiledModel", "ModelVersion", "Output", "Registry", "ScoreReport",
+    "scoring": {"Bundle", "CompiledModel", "Input", "ModelVersion", "Output", "Registry",
+                "RunOptions", "ScoreReport",
                 "ScoringError", "__version__", "compile", "errors", "score_parquet"},
     "scoring.ray": {"WorkerPlan", "connect", "plan_workers", "score_dataset"},
     "scoring.mlflow": {"export_model", "is_mlflow_ref", "load_mlflow_model"},

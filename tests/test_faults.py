@@ -97,7 +97,7 @@ def test_a_second_run_while_the_first_is_paused_mid_write_is_refused(
         try:
             outcome["report"] = scoring.score_parquet(
                 job["input"], job["output"], job["model"], keep=["id"], progress=False,
-                on_progress=pause_once,
+                run=scoring.RunOptions(on_progress=pause_once),
             )  # fmt: skip
         except BaseException as exc:
             outcome["error"] = exc

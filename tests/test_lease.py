@@ -85,7 +85,7 @@ def test_a_run_that_lost_its_lease_publishes_nothing(job: tuple[str, str, Any]) 
         _holder(out, host="elsewhere")
 
     with pytest.raises(OutputError, match="lost its lease"):
-        _score(job, on_progress=taken_over)
+        _score(job, run=scoring.RunOptions(on_progress=taken_over))
     assert not (out / "_SUCCESS").exists() and not list(out.glob("*.parquet"))
     assert json.loads((out / LEASE).read_text())["token"] == "theirs"  # theirs is left
     (out / LEASE).unlink()  # the other run finished

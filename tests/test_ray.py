@@ -77,7 +77,8 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     frame = write_input(X, tmp_path / "in", files=4)
     reference = reference_profile(model, import_model(model), X.iloc[:1000])
     result = scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
-                                   keep=["id"], progress=False, monitor=reference)  # fmt: skip
+                                   keep=["id"], progress=False,
+                                   run=scoring.RunOptions(monitor=reference))  # fmt: skip
     assert result.engine == "ray" and result.rows == 4000
     assert sum(result.workers.values()) == 4000
     out = pq.read_table(tmp_path / "out").to_pandas()
@@ -90,7 +91,7 @@ def test_ray_engine_matches_native(tmp_path: Path, ray_session: Any, name: str) 
     # with the backend they picked (``auto`` measures in each process: probabilities of
     # native and tensor may differ in the last bits, and a bin edge between them).
     local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", model, keep=["id"],
-                                  progress=False, monitor=reference,
+                                  progress=False, run=scoring.RunOptions(monitor=reference),
                                   backend=result.backend)  # fmt: skip
     assert result.drift_counts == local.drift_counts and local.drift_counts is not None
     assert all(sum(bins) == 4000 for bins in local.drift_counts.values())

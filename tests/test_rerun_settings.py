@@ -90,7 +90,7 @@ DELTA_MODES = [("mode", "overwrite", "append", False), ("mode", "append", "overw
                ("mode", "error", "append", False)]  # fmt: skip
 
 
-def _call(world: dict[str, Any], out: str, fmt: str, **given: Any) -> Any:
+def _call(world: dict[str, Any], out: str, fmt: str, *, stop: bool = False, **given: Any) -> Any:
     p = {**BASE, "model": 0, "input": 0, **given}
     model: Any = world["models"][p["model"]]
     if p["where"]:
@@ -98,10 +98,10 @@ def _call(world: dict[str, Any], out: str, fmt: str, **given: Any) -> Any:
     source = world["table"] if p["input_version"] is not None else world["inputs"][p["input"]]
     mode = p["mode"] or ("append" if fmt == "delta" else None)
     output = scoring.Output(f"delta:{out}" if fmt == "delta" else out, mode=mode)
-    return dict(input=source, output=output, model=model,
-                keep=p["keep"], outputs=p["outputs"], verify=p["verify"],
-                engine_options=p["engine_options"], input_version=p["input_version"],
-                progress=False)  # fmt: skip
+    run = scoring.RunOptions(verify=p["verify"], before_publish=_stop if stop else None)
+    return dict(input=scoring.Input(source, version=p["input_version"]), output=output,
+                model=model, keep=p["keep"], outputs=p["outputs"], run=run,
+                engine_options=p["engine_options"], progress=False)  # fmt: skip
 
 
 def _rows(out: Path, fmt: str) -> pd.DataFrame:
@@ -138,8 +138,7 @@ def test_a_rerun_with_a_changed_parameter_writes_what_the_new_value_writes(
         _prior(out, fmt)
         _prior(clean, fmt)
     with pytest.raises(Stopped):
-        scoring.score_parquet(**_call(world, str(out), fmt, **{name: before}),
-                              before_publish=_stop)  # fmt: skip
+        scoring.score_parquet(**_call(world, str(out), fmt, stop=True, **{name: before}))
     assert (out / "_temporary" / "_journal").is_dir(), "the interrupted run staged its files"
     with caplog.at_level(logging.WARNING, logger="scoring"):
         scoring.score_parquet(**_call(world, str(out), fmt, **{name: after}))
@@ -161,7 +160,7 @@ def test_the_issue_repro_overwrite_stopped_then_append_keeps_the_rows(
     scoring.score_parquet(**base)
     with pytest.raises(Stopped):
         scoring.score_parquet(**{**base, "output": scoring.Output(out, mode="overwrite")},
-                              before_publish=_stop)  # fmt: skip
+                              run=scoring.RunOptions(before_publish=_stop))  # fmt: skip
     scoring.score_parquet(**{**base, "output": scoring.Output(out, mode="append")})
     assert len(deltalake.DeltaTable(str(tmp_path / "t")).to_pandas()) == 2 * ROWS
 

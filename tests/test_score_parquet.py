@@ -336,7 +336,7 @@ def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, da
         unverified = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False)
         assert unverified.already_complete
     again = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False,
-                                  verify=damage == "rewritten")  # fmt: skip
+                                  run=scoring.RunOptions(verify=damage == "rewritten"))  # fmt: skip
     assert not again.already_complete
     assert again.rows == 1000 and again.rows_skipped == 2000  # only the damaged file
     ids = pq.read_table(out, columns=["id"]).column("id").to_numpy()
@@ -347,7 +347,7 @@ def test_a_rerun_restores_a_published_file_lost_after_success(tmp_path: Path, da
     ]  # the same bytes as the first run's (one backend: auto may time another pick)
     assert first.rows == 3000
     last = scoring.score_parquet(*args, keep=["id"], backend="tensor", progress=False,
-                                 verify=True)  # fmt: skip
+                                 run=scoring.RunOptions(verify=True))  # fmt: skip
     assert last.already_complete
 
 

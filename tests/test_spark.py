@@ -162,11 +162,12 @@ def test_spark_engine_job_and_rerun(tmp_path: Path, spark: Any, registry: Any) -
     args = (tmp_path / "in", tmp_path / "out", "xgb_clf@1")
     reference = reference_profile(model, import_model(model), X[:1000])
     first = scoring.score_parquet(*args, engine="spark", keep=["id"], registry=registry,
-                                  progress=False, monitor=reference)  # fmt: skip
+                                  progress=False,
+                                  run=scoring.RunOptions(monitor=reference))  # fmt: skip
     assert first.rows == 4000 and first.engine == "spark"
     # Drift counted in the executors (an accumulator) as the local engine counts it.
     local = scoring.score_parquet(tmp_path / "in", tmp_path / "local", model, progress=False,
-                                  monitor=reference)  # fmt: skip
+                                  run=scoring.RunOptions(monitor=reference))  # fmt: skip
     assert first.drift_counts == local.drift_counts and local.drift_counts is not None
     assert (first.backend, first.device) != ("auto", "auto")  # what the executors ran
     assert f"on {first.backend}/{first.strategy or '-'} cpu" in first.summary()
@@ -344,7 +345,8 @@ def test_a_set_of_models_is_counted_for_drift_in_the_executors(tmp_path: Path, s
     )  # fmt: skip
     counted = {engine: scoring.score_parquet(tmp_path / "in", tmp_path / engine, listed,
                                              engine=engine, keep=["id"], progress=False,
-                                             monitor=reference).drift_counts
+                                             run=scoring.RunOptions(monitor=reference),
+                                             ).drift_counts
                for engine in ("spark", "local")}  # fmt: skip
     assert counted["spark"] == counted["local"] and counted["local"] is not None
     inside = int((frame["a"] > 0).sum())

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._dataset import InputDataset, open_input, without_delta_prefix
-from .._drift import Profile
+from .._dataset import InputDataset, open_input
 from .._lease import OutputLease
-from .._output_spec import Output, output_of
 from .._progress import RunProgress
 from .._registry import ModelStore, root_url
+from .._specs import Input, Output, RunOptions, specs_of
 from .._stores import configured, store_config
 from ..errors import ConfigError
 from . import local, ray, spark  # noqa: F401  (the registration line)
@@ -56,7 +55,7 @@ def engine_named(name: str) -> Engine:
 
 
 def score_parquet(
-    input: str | os.PathLike[str] | InputDataset,
+    input: str | os.PathLike[str] | Input | InputDataset,
     output: str | os.PathLike[str] | Output,
     model: Any,
     *,
@@ -67,25 +66,23 @@ def score_parquet(
     backend: str = "auto",
     strategy: str = "auto",
     registry: str | os.PathLike[str] | ModelStore | None = None,
-    verify: bool = False,
     progress: bool = True,
     engine_options: Mapping[str, Any] | None = None,
-    on_progress: Callable[[float, int], None] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-    monitor: Profile | None = None,
-    before_publish: Callable[[ScoreReport], None] | None = None,
-    input_version: int | str | None = None,
+    run: RunOptions | None = None,
     **deprecated: Any,
 ) -> ScoreReport:
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
-    ``input`` may be a Delta Lake table (a folder with ``_delta_log``, or ``delta:URL``):
-    its latest version, or ``input_version`` (a number, or an ISO 8601 time: the version
-    current then), is read and recorded.  ``output``: a location (``delta:URL`` for a
-    Delta table), or a :class:`~scoring.Output` naming its format, mode and partition
-    columns (``Output("delta:s3://t", mode="append")``).  The loose ``overwrite``,
-    ``output_format``, ``mode`` and ``partition_by`` of earlier versions still work and
-    warn (``DeprecationWarning``).
+    ``input``: a location, or a :class:`~scoring.Input` pinning a Delta table's version
+    (``Input("delta:s3://t", version=12)``; by default its latest is read and recorded).
+    ``output``: a location (``delta:URL`` for a Delta table), or a
+    :class:`~scoring.Output` naming its format, mode and partition columns
+    (``Output("delta:s3://t", mode="append")``).  ``run``: a
+    :class:`~scoring.RunOptions` (verify a rerun's files, a drift monitor, progress and
+    before-publish callbacks).  The loose ``overwrite``, ``output_format``, ``mode``,
+    ``partition_by``, ``input_version``, ``verify``, ``monitor``, ``on_progress`` and
+    ``before_publish`` of earlier versions still work and warn (``DeprecationWarning``).
 
     ``backend`` and ``strategy`` as :func:`scoring.compile` takes them: a strategy named
     is what runs on every worker (it implies the tensor backend).
@@ -98,27 +95,14 @@ def score_parquet(
     ``model`` an already resolved :class:`~scoring._engines.base.ModelSource` (a job's
     planner made both), so nothing is listed, read or compiled twice.
 
-    ``verify``: a rerun into a complete output hashes its files against the manifest's
-    sha256 (else sizes are compared) and rescores those that differ.
-
-    ``on_progress(seconds, rows)`` is called as rows are written (job deadlines).
-
     ``storage_options``: fsspec options for the object stores of the input, output and
     registry (endpoint, profile, credentials; see :mod:`scoring._stores`).
-
-    ``monitor``: a reference profile (:mod:`scoring._drift`); each file's rows are
-    counted into its bins, and the report's ``drift_counts`` sums them.
-    ``before_publish(report)`` sees the run's report once every file is written, before
-    anything is published: an error it raises publishes nothing (the files stay
-    journaled for a rerun).
     """
-    target = output_of(output, deprecated)
+    source_spec, target, watch = specs_of(input, output, run, deprecated)
     runner = engine_named(engine)
     options = options_for(runner, engine_options or {})
     output = target.url
-    if not isinstance(input, InputDataset):
-        input = without_delta_prefix(str(input))[0]
-    source_url = input.url if isinstance(input, InputDataset) else str(input)
+    source_url = source_spec.url
     if not runner.local:
         check_outside_process(engine, source_url, str(output))
     registry_url = [] if isinstance(registry, ModelStore) else [root_url(registry)]
@@ -127,34 +111,36 @@ def score_parquet(
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                strategy=strategy, local=runner.local)  # fmt: skip
         data = (
-            input if isinstance(input, InputDataset) else open_input(input, version=input_version)
+            source_spec
+            if isinstance(source_spec, InputDataset)
+            else open_input(source_url, version=source_spec.version)
         )
         lease = OutputLease(str(output))
         try:
-            run = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                           verify=verify, engine=runner, device=device, backend=backend,
-                           strategy=strategy, lease=lease, stores=stores,
-                           output_format=target.kind, mode=target.mode,
-                           partition_by=target.partition_by,
-                           settings={"engine_options": dict(engine_options or {})},
-                           monitor=monitor)  # fmt: skip
-            if run.complete:
-                return report(run, engine=engine, timeline=[])
-            tracker = RunProgress(sum(f.rows for f in run.todo), enabled=progress)
-            if on_progress is not None:
-                tracker.listeners.append(on_progress)
+            planned = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
+                               verify=watch.verify, engine=runner, device=device,
+                               backend=backend, strategy=strategy, lease=lease, stores=stores,
+                               output_format=target.kind, mode=target.mode,
+                               partition_by=target.partition_by,
+                               settings={"engine_options": dict(engine_options or {})},
+                               monitor=watch.monitor)  # fmt: skip
+            if planned.complete:
+                return report(planned, engine=engine, timeline=[])
+            tracker = RunProgress(sum(f.rows for f in planned.todo), enabled=progress)
+            if watch.on_progress is not None:
+                tracker.listeners.append(watch.on_progress)
             with tracker:
-                scored = runner.run(run, source=source, options=options, progress=tracker)
+                scored = runner.run(planned, source=source, options=options, progress=tracker)
             lease.check()
-            if before_publish is not None:
-                before_publish(report(run, engine=engine, timeline=tracker.timeline,
-                                      scored=scored))  # fmt: skip
+            if watch.before_publish is not None:
+                watch.before_publish(report(planned, engine=engine,
+                                            timeline=tracker.timeline, scored=scored))  # fmt: skip
             committing = time.perf_counter()
-            files = publish(run, scored, engine=runner)
+            files = publish(planned, scored, engine=runner)
             committed = time.perf_counter() - committing
         finally:
             lease.release()
-    result = report(run, engine=engine, timeline=tracker.timeline, scored=scored)
+    result = report(planned, engine=engine, timeline=tracker.timeline, scored=scored)
     result.files = files
     result.stages["commit"] = committed
     return result

@@ -142,9 +142,9 @@ def score(
 ) -> None:
     """Score every row of INPUT into OUTPUT (staged, then published with _SUCCESS)."""
     from .._engines import score_parquet
-    from .._output_spec import Output
     from .._progress import waiting
     from .._registry import ModelStore
+    from .._specs import Input, Output, RunOptions
 
     # Shorthands for common engine options; the engine refuses one it does not take.
     named = {"address": ray_address, "num_workers": workers, "master": spark_master}
@@ -168,7 +168,7 @@ def score(
             partition_by=_columns(partition_by or ""),
         )
         result = score_parquet(
-            input,
+            Input(input, version=input_version),
             target,
             entries,
             engine=engine,
@@ -178,11 +178,9 @@ def score(
             backend=backend,
             strategy=strategy,
             registry=store,
-            verify=verify,
             engine_options=options,
             storage_options=stores,
-            on_progress=written,
-            input_version=input_version,
+            run=RunOptions(verify=verify, on_progress=written),
         )
     messages.print(f"scored {result.summary()}")
     if result.busy():

@@ -15,8 +15,8 @@ from typing import Any
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
-from .._output_spec import Output
 from .._registry import RunRecord, describe_trend, trend
+from .._specs import Output, RunOptions
 from .._stores import configured
 from ..errors import (
     CompileError,
@@ -255,13 +255,14 @@ def _with_retries(
         try:
             target = Output(spec.output, format=spec.format, mode=spec.mode,
                             partition_by=spec.partition_by)  # fmt: skip
+            run = RunOptions(verify=spec.verify, monitor=checks.reference, on_progress=watch,
+                             before_publish=checks)  # fmt: skip
             report = score_parquet(
                 data, target, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
-                strategy=spec.strategy, verify=spec.verify, registry=spec.registry,
-                engine_options=spec.engine_options(), on_progress=watch, progress=progress,
-                storage_options=spec.storage_options, monitor=checks.reference,
-                before_publish=checks,
+                strategy=spec.strategy, registry=spec.registry,
+                engine_options=spec.engine_options(), progress=progress,
+                storage_options=spec.storage_options, run=run,
             )  # fmt: skip
             return report, attempt
         except _PERMANENT:
