@@ -157,13 +157,13 @@ def _checked(spec: _Spec) -> _Spec:
 def _folded(value: Any, record: type[_Spec], name: str, loose: Mapping[str, Any]) -> _Spec:
     """``value`` as ``record``, with the loose spellings that belong to it set."""
     spec = value if isinstance(value, record) else record(value)
-    fields = {DEPRECATED[k][1]: v for k, v in loose.items()
+    changes = {DEPRECATED[k][1]: v for k, v in loose.items()
               if DEPRECATED[k][0] == name and k != "overwrite"}  # fmt: skip
     if name == "output" and loose.get("overwrite") and not loose.get("mode"):
-        fields["mode"] = "overwrite"  # overwrite=True was mode="overwrite"
-    if "partition_by" in fields:
-        fields["partition_by"] = tuple(fields["partition_by"] or ())
-    return replace(spec, **fields) if fields else spec
+        changes["mode"] = "overwrite"  # overwrite=True was mode="overwrite"
+    if "partition_by" in changes:
+        changes["partition_by"] = tuple(changes["partition_by"] or ())
+    return replace(spec, **changes) if changes else spec
 
 
 _ADAPTERS: dict[type, TypeAdapter[Any]] = {
