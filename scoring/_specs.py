@@ -23,9 +23,10 @@ from ._dataset import without_delta_prefix
 from ._drift import Profile
 from .errors import ConfigError
 
-__all__ = ["DEPRECATED", "Input", "Output", "RunOptions", "specs_of"]
+__all__ = ["DEPRECATED", "Input", "Output", "RunOptions", "specs_of", "validated"]
 
 _Spec = TypeVar("_Spec", "Input", "Output", "RunOptions")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -142,16 +143,24 @@ def _checked(spec: _Spec) -> _Spec:
     """``spec`` with its fields' types checked by pydantic, as every option is (the
     engines' options, a job file): one line naming the record, the field and the value.
     Which format, mode or partition column is valid is the publisher's to say."""
-    kind = type(spec)
+    values = {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+    def said(key: str, why: str) -> str:
+        return f"scoring.{type(spec).__name__}({key}={values.get(key)!r}): {why}"
+
+    validated(_ADAPTERS[type(spec)].validate_python, values, said=said)
+    return spec
+
+
+def validated(validate: Callable[[Any], _T], values: Mapping[str, Any], *,
+              said: Callable[[str, str], str]) -> _T:  # fmt: skip
+    """``validate(values)`` (a pydantic model's or adapter's); its first error as one
+    :class:`ConfigError` line, ``said(key, why)``."""
     try:
-        _ADAPTERS[kind].validate_python({f.name: getattr(spec, f.name) for f in fields(spec)})
+        return validate(values)
     except ValidationError as exc:
         error = exc.errors()[0]
-        name = str(error["loc"][0])
-        raise ConfigError(
-            f"scoring.{kind.__name__}({name}={getattr(spec, name)!r}): {error['msg']}"
-        ) from None
-    return spec
+        raise ConfigError(said(str(error["loc"][0]), error["msg"])) from None
 
 
 def _folded(value: Any, record: type[_Spec], name: str, loose: Mapping[str, Any]) -> _Spec:

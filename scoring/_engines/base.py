@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._catalog import ensure_verified
@@ -43,6 +43,7 @@ from .._progress import RunProgress
 from .._publish import Publisher
 from .._registry import ModelStore
 from .._scorer import Scorer
+from .._specs import validated
 from .._stores import StoreConfig
 from ..errors import ConfigError, EngineError
 from . import plan as plan_hooks
@@ -347,14 +348,11 @@ def options_for(engine: Engine, given: Mapping[str, Any]) -> Any:
             f"engine {name!r} has no option {unknown[0]!r} (options: "
             f"{', '.join(allowed) or 'none'})"
         )
-    try:
-        return kind.model_validate(dict(given))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        key = str(error["loc"][0])
-        raise ConfigError(
-            f"engine {name!r} option {key}={given.get(key)!r}: {error['msg']}"
-        ) from None
+
+    def said(key: str, why: str) -> str:
+        return f"engine {name!r} option {key}={given.get(key)!r}: {why}"
+
+    return validated(kind.model_validate, dict(given), said=said)
 
 
 def job_options(table: BaseModel | None, engine: str, given: Mapping[str, Any]) -> dict[str, Any]:
