@@ -11,10 +11,10 @@ values missing), and 100 trees of depth 8 on dense data (no value missing; a lab
 8 features), where XGBoost's own walk, never taking its missing-value branch, is at its
 fastest.
 
-Each round runs a few calls of every candidate in turn and keeps each one's median
-call (the first call after another candidate's may find the other's OpenMP threads
-still spinning); a figure is the median over rounds, beside the best, with the load
-average and the versions.
+Each round runs a few calls of every candidate in turn, each turn after a short pause
+(another candidate's OpenMP threads may still be spinning), and keeps each one's median
+call; a figure is the median over rounds, beside the best, with the load average and
+the versions.
 
     python benchmarks/call_sizes.py [--rounds 5] [--hogs N] [--out FILE]
 """
@@ -49,14 +49,24 @@ def calls_for(rows: int) -> int:
     return max(3, min(50, 200_000 // max(rows, 1)))
 
 
+#: Seconds idle before each candidate's turn (see :func:`alternated`).
+SETTLE = 0.1
+
+
 def alternated(candidates: dict[str, Callable[[], Any]], *, calls: int,
                rounds: int) -> dict[str, list[float]]:  # fmt: skip
-    """Each candidate's median call per round, over ``rounds`` rounds in turn."""
+    """Each candidate's median call per round, over ``rounds`` rounds in turn.  Each
+    candidate's turn starts after :data:`SETTLE` seconds idle: the one before it may
+    leave threads spinning for more work (XGBoost's OpenMP team does, for tens of
+    milliseconds), and a user's process runs one of them, not one after the other
+    (back to back, the dense model's fused call at 28 features took 13.8 ms, 11.5 ms
+    after a pause; native 25.6 and 26.2 ms)."""
     for call in candidates.values():
         call()  # warm
     seconds: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, call in candidates.items():
+            time.sleep(SETTLE)
             taken = []
             for _ in range(calls):
                 begin = time.perf_counter()

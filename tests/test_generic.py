@@ -68,11 +68,23 @@ def _schedules(depth: int) -> list[Schedule]:
 
 def _inputs(forest: Forest) -> list[torch.Tensor]:
     """Rows with NaN, +-inf and every threshold, at the model's precision; for float64
-    models also float32 values read as float64 (the kernel's float32 path)."""
-    rows = probe_rows(forest, n_rows=300, seed=3)
-    if forest.input_dtype == "float32":
-        return [torch.from_numpy(rows.astype(np.float32))]
-    return [torch.from_numpy(rows), torch.from_numpy(rows.astype(np.float32).astype(np.float64))]
+    models also float32 values read as float64 (the kernel's float32 path).  Each comes
+    twice: as drawn, and with its first 256 rows free of NaN (+-inf in their place), so
+    that blocks of 16 and of 256 rows take the path for blocks without NaN, then the
+    one for blocks with some, in one call."""
+    drawn = probe_rows(forest, n_rows=300, seed=3)
+    dense = np.where(np.isnan(drawn), np.where(np.arange(drawn.size).reshape(drawn.shape) % 2,
+                                               np.inf, -np.inf), drawn)  # fmt: skip
+    later = drawn[256:].copy()
+    later[np.arange(len(later)), np.arange(len(later)) % later.shape[1]] = np.nan  # one each
+    forms = []
+    for rows in (drawn, np.concatenate([dense[:256], later])):
+        if forest.input_dtype == "float32":
+            forms.append(torch.from_numpy(rows.astype(np.float32)))
+        else:
+            forms += [torch.from_numpy(rows),
+                      torch.from_numpy(rows.astype(np.float32).astype(np.float64))]  # fmt: skip
+    return forms
 
 
 @pytest.mark.parametrize("name", _SINGLE)
