@@ -29,15 +29,10 @@ _Spec = TypeVar("_Spec", "Input", "Output", "RunOptions")
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class Input:
-    """What a run reads.  ``location``: a Parquet file, folder or glob, or a Delta table
-    (a folder holding ``_delta_log``, or ``delta:URL``).  ``version``: a Delta table's
-    version to read, or an ISO 8601 time (the version current then); by default its
-    latest.  The version read is recorded in the manifest and the commit."""
+class _Located:
+    """A record naming a location, which may carry a ``delta:`` prefix."""
 
     location: StrictStr | os.PathLike[str]
-    version: StrictInt | StrictStr | None = None
 
     @property
     def url(self) -> str:
@@ -46,7 +41,18 @@ class Input:
 
 
 @dataclass(frozen=True)
-class Output:
+class Input(_Located):
+    """What a run reads.  ``location``: a Parquet file, folder or glob, or a Delta table
+    (a folder holding ``_delta_log``, or ``delta:URL``).  ``version``: a Delta table's
+    version to read, or an ISO 8601 time (the version current then); by default its
+    latest.  The version read is recorded in the manifest and the commit."""
+
+    location: StrictStr | os.PathLike[str]
+    version: StrictInt | StrictStr | None = None
+
+
+@dataclass(frozen=True)
+class Output(_Located):
     """Where and how a run writes.  ``format``: ``"parquet"`` (a folder, published with
     ``_SUCCESS`` last) or ``"delta"`` (one commit to a Delta table); by default a
     ``delta:`` location is a Delta table, any other a folder.  ``mode``: ``"error"``
@@ -59,11 +65,6 @@ class Output:
     format: StrictStr | None = None  # the publishers' names (refused by name otherwise)
     mode: StrictStr | None = None  # each publisher's modes (likewise)
     partition_by: Sequence[StrictStr] = ()
-
-    @property
-    def url(self) -> str:
-        """The location without a ``delta:`` prefix."""
-        return without_delta_prefix(str(self.location))[0]
 
     @property
     def kind(self) -> str:
@@ -122,20 +123,21 @@ def specs_of(
     for name in loose:
         warnings.warn(f"score_parquet({name}=...) is deprecated; pass {DEPRECATED[name][2]} "
                       "instead", DeprecationWarning, stacklevel=3)  # fmt: skip
-    given = {"input": isinstance(input, Input), "output": isinstance(output, Output),
-             "run": run is not None}  # fmt: skip
-    clash = sorted(n for n in loose if given[DEPRECATED[n][0]])
+    given = {"input": input, "output": output, "run": run}
+    clash = sorted(
+        n for n in loose if isinstance(given[DEPRECATED[n][0]], _RECORDS[DEPRECATED[n][0]])
+    )
     if clash:
         record = DEPRECATED[clash[0]][0]
-        kind = {"input": "Input", "output": "Output", "run": "RunOptions"}[record]
+        kind = _RECORDS[record].__name__
         raise ConfigError(f"score_parquet: {', '.join(clash)} given beside {record}="
                           f"scoring.{kind}(...); give them in the {kind} only")  # fmt: skip
     return (
-        _checked(_folded(input, Input, "input", loose))
+        _checked(_folded(input, "input", loose))
         if isinstance(input, (str, os.PathLike, Input))
         else input,
-        _checked(_folded(output, Output, "output", loose)),
-        _checked(_folded(run or RunOptions(), RunOptions, "run", loose)),
+        _checked(_folded(output, "output", loose)),
+        _checked(_folded(run or RunOptions(), "run", loose)),
     )
 
 
@@ -163,9 +165,11 @@ def validated(validate: Callable[[Any], _T], values: Mapping[str, Any], *,
         raise ConfigError(said(str(error["loc"][0]), error["msg"])) from None
 
 
-def _folded(value: Any, record: type[_Spec], name: str, loose: Mapping[str, Any]) -> _Spec:
-    """``value`` as ``record``, with the loose spellings that belong to it set."""
-    spec = value if isinstance(value, record) else record(value)
+def _folded(value: Any, name: str, loose: Mapping[str, Any]) -> Any:
+    """``value`` as the record ``name`` names, with the loose spellings that belong to it
+    set."""
+    record = _RECORDS[name]
+    spec: Any = value if isinstance(value, record) else record(value)
     changes = {DEPRECATED[k][1]: v for k, v in loose.items()
               if DEPRECATED[k][0] == name and k != "overwrite"}  # fmt: skip
     if name == "output" and loose.get("overwrite") and not loose.get("mode"):
@@ -175,6 +179,6 @@ def _folded(value: Any, record: type[_Spec], name: str, loose: Mapping[str, Any]
     return replace(spec, **changes) if changes else spec
 
 
-_ADAPTERS: dict[type, TypeAdapter[Any]] = {
-    kind: TypeAdapter(kind) for kind in (Input, Output, RunOptions)
-}
+#: The records, by the parameter of ``score_parquet`` that takes each.
+_RECORDS: dict[str, type] = {"input": Input, "output": Output, "run": RunOptions}
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {kind: TypeAdapter(kind) for kind in _RECORDS.values()}
