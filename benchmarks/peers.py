@@ -55,6 +55,7 @@ import scoring
 from scoring.recipes import BENCHMARK_RECIPES, Recipe, make_data
 
 Predict = Callable[[np.ndarray], np.ndarray]
+SETTLE = 0.1  # seconds idle before each timed turn; see alternated
 PEERS = ("native", "fused", "oneDAL", "lleaves", "tl2cgen", "onnxruntime")
 DISTRIBUTIONS = (
     "scoring", "torch", "xgboost", "lightgbm", "scikit-learn", "scikit-learn-intelex",
@@ -157,12 +158,16 @@ def _onnxruntime(recipe: Recipe, model: Any, X: np.ndarray) -> tuple[Predict, st
 
 def alternated(predictors: dict[str, Predict], X: np.ndarray,
                rounds: int) -> dict[str, list[float]]:  # fmt: skip
-    """Each one's rows/s per round, every round timing each once in turn."""
+    """Each one's rows/s per round, every round timing each once in turn.  Each turn
+    starts after :data:`SETTLE` seconds idle: the peer before it may leave threads
+    spinning for more work (XGBoost's OpenMP team does), and a user's process runs one
+    predictor, not one after the other."""
     rates: dict[str, list[float]] = {name: [] for name in predictors}
     for fn in predictors.values():
         fn(X[:1024])
     for _ in range(rounds):
         for name, fn in predictors.items():
+            time.sleep(SETTLE)
             start = time.perf_counter()
             fn(X)
             rates[name].append(len(X) / (time.perf_counter() - start))
@@ -289,7 +294,7 @@ def main() -> None:
         f"Machine: {os.cpu_count()} CPU cores ({cpu()}), "
         f"torch threads {torch.get_num_threads()}. Versions: {versions()}.",
         f"{args.rows:,} rows of 28 float32 features; {args.rounds} rounds in alternation, "
-        "every peer once per round in turn. rows/s: the median of rounds, beside the best "
+        f"every peer once per round in turn, after {SETTLE} s idle. rows/s: the median of rounds, beside the best "
         "round and the rounds' range. fused / peer: the ratio of medians. Build: seconds "
         "from the fitted model to a predictor that has scored 5,000 rows (fused: its kernel "
         "already built on this machine). Agreement: max |peer - native| of P(class 1) on "
