@@ -294,11 +294,11 @@ def main() -> None:
         f"Machine: {os.cpu_count()} CPU cores ({cpu()}), "
         f"torch threads {torch.get_num_threads()}. Versions: {versions()}.",
         f"{args.rows:,} rows of 28 float32 features; {args.rounds} rounds in alternation, "
-        f"every peer once per round in turn, after {SETTLE} s idle. rows/s: the median of rounds, beside the best "
-        "round and the rounds' range. fused / peer: the ratio of medians. Build: seconds "
-        "from the fitted model to a predictor that has scored 5,000 rows (fused: its kernel "
-        "already built on this machine). Agreement: max |peer - native| of P(class 1) on "
-        "5,000 rows. First row: see the script's docstring.",
+        f"every peer once per round in turn, after {SETTLE} s idle. rows/s: the median of "
+        "rounds, beside the best round and the rounds' range. fused / peer: the ratio of "
+        "medians. Build: seconds from the fitted model to a predictor that has scored "
+        "5,000 rows (fused: its kernel already built on this machine). Agreement: max "
+        "|peer - native| of P(class 1) on 5,000 rows. First row: see the script's docstring.",
         "",
         "| model | peer | rows/s (median) | best | range | fused / peer | build s | "
         "agreement | load before / after |",
