@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -86,6 +86,16 @@ class InputDataset:
     @property
     def bytes(self) -> int:
         return sum(f.size for f in self.fragments)
+
+    def subset(self, relpaths: Sequence[str]) -> InputDataset:
+        """This input with only the files ``relpaths`` (an incremental run's new ones)."""
+        wanted = set(relpaths)
+        chosen = [f for f in self.fragments if f.relpath in wanted]
+        pieces = [self.pieces[f.index] for f in chosen]
+        fragments = [replace(f, index=i) for i, f in enumerate(chosen)]
+        dataset = pads.FileSystemDataset(pieces, schema=self.schema, format=self.dataset.format,
+                                         filesystem=self.dataset.filesystem)  # fmt: skip
+        return replace(self, dataset=dataset, fragments=fragments, pieces=pieces)
 
     def require(self, columns: Sequence[str]) -> None:
         """Refuse, before anything is read, a column scoring reads that some file lacks
@@ -431,7 +441,7 @@ def _is_number(t: pa.DataType) -> bool:
 def _is_text(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
 def glob_base(pattern: str) -> str:

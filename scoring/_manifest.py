@@ -59,6 +59,8 @@ class Manifest:
     #: The input version read (a Delta table's), where the input has versions.
     input_snapshot: dict[str, Any] | None = None
     format_version: int = FORMAT_VERSION
+    #: The input it read (an incremental run follows the same input only).
+    input: str | None = None
     #: A Delta run's id and mode (its manifest is the table's log; this one is returned).
     run: str | None = None
     mode: str | None = None
@@ -88,6 +90,19 @@ class Manifest:
         entries = [e for e in self.fragments if isinstance(e, Entry)]
         return replace(self, fragments=[replace(e, output=moved(e.output)) for e in entries])
 
+    def restored(self, names: set[str]) -> Manifest:
+        """This manifest with the files ``names`` read from their own names again (the
+        inverse of :meth:`set_aside`)."""
+
+        def back(output: str) -> str:
+            name = output.removeprefix(f"{PREVIOUS}/")
+            return name if name in names else output
+
+        if self.files is not None:
+            return replace(self, files=[replace(f, output=back(f.output)) for f in self.files])
+        entries = [e for e in self.fragments if isinstance(e, Entry)]
+        return replace(self, fragments=[replace(e, output=back(e.output)) for e in entries])
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "format_version": self.format_version,
@@ -99,7 +114,7 @@ class Manifest:
         }
         optional = {"files": None if self.files is None else [asdict(f) for f in self.files],
                     "metadata": self.metadata, "input_snapshot": self.input_snapshot,
-                    "run": self.run, "mode": self.mode}  # fmt: skip
+                    "input": self.input, "run": self.run, "mode": self.mode}  # fmt: skip
         out.update({k: v for k, v in optional.items() if v is not None})
         return {**out, **self.other}
 
@@ -121,7 +136,7 @@ class Manifest:
 
 
 _SCALARS = ("job_key", "job", "committed_at", "rows", "metadata", "input_snapshot",
-            "format_version", "run", "mode")  # fmt: skip
+            "input", "format_version", "run", "mode")  # fmt: skip
 
 
 def _record(kind: type[Any], values: dict[str, Any]) -> Any:

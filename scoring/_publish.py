@@ -17,12 +17,13 @@ into place one step at a time, and reading back the files an engine's committer 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
+from ._changes import Changes
 from ._dataset import Fragment
 from ._files import exists
 from ._journal import Entry, Journal
@@ -51,6 +52,15 @@ class Publisher(Protocol):
 
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
         """Fragments already done for this job, by relative path (files intact)."""
+
+    def previous(self) -> Manifest | None:
+        """The output's last complete run (an incremental run follows from it)."""
+
+    def present(self) -> dict[str, int] | None:
+        """The output's files and sizes (None: a table, whose log says what it holds)."""
+
+    def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
+        """Publish as an incremental run's :class:`~scoring._changes.Changes` say."""
 
     def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
         """The journal's files, published; ``extra``: ``metadata``, ``input_snapshot``."""

@@ -28,19 +28,21 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._changes import INCREMENTAL, Changes
 from ._dataset import Fragment, delta_storage_options
 from ._delta_files import file_stats, partition_values
+from ._delta_merge import merge, merge_source
 from ._files import exists
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
-from ._publish import Publication, begin, place, recorded, take, written
+from ._publish import Publication, begin, engine_dir, place, recorded, take, written
 from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
@@ -57,7 +59,7 @@ def open_delta(
 ) -> DeltaPublisher:  # fmt: skip
     """A Delta table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
     mode = mode or "error"
-    if mode not in MODES:
+    if mode not in (*MODES, INCREMENTAL):
         raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
     _deltalake()  # refused before anything is written when delta-rs is missing
     settings = {"format": "delta", "mode": mode, "partition_by": list(partitions), **settings}
@@ -84,6 +86,9 @@ class DeltaPublisher:
         self.partition_types = dict(partition_by or {})
         self.partition_by = list(self.partition_types)
         self.run_id: str | None = None  # the pending run's, or a new one: check_target's
+        #: An incremental run's merge: the key columns, and the staged keys whose rows go.
+        self.key: list[str] = []
+        self.deletes: str | None = None
 
     # -- before writing ------------------------------------------------------------
 
@@ -109,7 +114,12 @@ class DeltaPublisher:
                 return True
         else:
             self.run_id = uuid.uuid4().hex[:16]
-        if self.mode == "error" and self._table() is not None:
+        if self.mode == INCREMENTAL and self._foreign():
+            raise OutputError(
+                f"Delta table {self.url!r} holds no run of scoring's: an incremental run "
+                "replaces or merges only a table it wrote; choose a new table"
+            )
+        if self.mode == "error" and self._foreign():
             raise OutputError(
                 f"Delta table {self.url!r} already exists; set the output mode to 'append' "
                 "(this run's rows as a new version) or 'overwrite' (they replace the "
@@ -122,6 +132,49 @@ class DeltaPublisher:
     @property
     def _folder(self) -> str:
         return f"scoring-{self.run_id}"
+
+    def _foreign(self) -> bool:
+        """The table exists and (for an incremental run) holds no run of scoring's."""
+        table = self._table()
+        if table is None:
+            return False
+        return self.mode == "error" or self._last_run(table) is None
+
+    def previous(self) -> Manifest | None:
+        """The table's last commit of a scoring run, as a manifest: its job key, input
+        and input version (the table's log is the rest)."""
+        table = self._table()
+        commit = None if table is None else self._last_run(table)
+        if commit is None:
+            return None
+        version = commit.get("scoring.input_version")
+        sha256 = commit.get("scoring._model.sha256")
+        return Manifest(
+            job_key=str(commit["scoring.job_key"]), job={"model_sha256": sha256} if sha256 else {},
+            metadata={k: str(v) for k, v in commit.items() if k.startswith("scoring.")},
+            committed_at=str(commit.get("scoring.committed_at", "")),
+            rows=int(commit.get("scoring.rows", 0)), fragments=[], files=[],
+            input_snapshot=None if version is None else {"format": "delta",
+                                                         "version": int(version)},
+            input=commit.get("scoring.input"), run=commit.get("scoring.run"),
+        )  # fmt: skip
+
+    @staticmethod
+    def _last_run(table: Any) -> dict[str, Any] | None:
+        return next((c for c in table.history() if "scoring.job_key" in c), None)
+
+    def present(self) -> None:
+        """A table's files are its log's to say: nothing to list."""
+        return None
+
+    def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
+        """An incremental run's mode: a full run replaces the table's rows (it is this
+        job's), one with updated or deleted rows merges on ``key``, any other appends."""
+        if changes.kind == "full":
+            self.mode = "overwrite"
+        else:
+            self.mode = "merge" if changes.merges else "append"
+        self.key, self.deletes = list(key), changes.deletes
 
     def _legacy_record(self) -> dict[str, Any] | None:
         """An earlier version's record of an interrupted run (its id, mode, job key)."""
@@ -164,6 +217,11 @@ class DeltaPublisher:
         publication = begin(journal, self.on_step)
         publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
+        if self.mode == "merge":  # delta-rs writes the merged files itself
+            paths = [journal.where(e) or f"{journal.staging}/{e.output}" for e in entries]
+            files = [FileRecord(e.output, e.rows, e.sha256, e.bytes) for e in entries]
+            self._merge(paths, base=f"{journal.staging}/{self._folder}", extra=extra)
+            return self._done(publication, entries, files, extra=extra)
         # A file not staged was moved by an earlier, interrupted publish.
         place(
             journal,
@@ -181,9 +239,16 @@ class DeltaPublisher:
         journal = self.journal
         publication = begin(journal, self.on_step)
         publication.phase = "committing"
+        inputs = [InputRecord(f.relpath, f.path, f.fingerprint, f.rows) for f in fragments]
+        if self.mode == "merge":
+            source = engine_dir(journal)
+            paths = written(journal, source, prefix)
+            files = [FileRecord(p[len(source) :].lstrip("/"), 0, "", journal.fs.size(p))
+                     for p in paths]  # fmt: skip
+            self._merge(paths, base=source, extra=extra)
+            return self._done(publication, inputs, files, extra=extra)
         take(journal, publication, prefix, into=self._folder)
         files = recorded(journal, written(journal, f"{journal.root}/{self._folder}", prefix))
-        inputs = [InputRecord(f.relpath, f.path, f.fingerprint, f.rows) for f in fragments]
         return self._committing(publication, inputs, files, extra=extra)
 
     def _committing(
@@ -194,19 +259,63 @@ class DeltaPublisher:
         *,
         extra: dict[str, Any],
     ) -> Manifest:
+        self._commit(files, extra=extra, rows=sum(f.rows for f in files))
+        return self._done(publication, fragments, files, extra=extra)
+
+    def _done(
+        self,
+        publication: Publication,
+        fragments: list[Entry] | list[InputRecord],
+        files: list[FileRecord],
+        *,
+        extra: dict[str, Any],
+    ) -> Manifest:
         rows = sum(f.rows for f in files)
-        self._commit(files, extra=extra, rows=rows)
         publication.phase = "published"
         publication.step("committed the new table version")
         self.journal.clear()
         return Manifest(job_key=self.journal.job_key, job=self.journal.job, committed_at=_now(),
                         rows=rows, fragments=fragments, files=files,
                         metadata=extra.get("metadata"), input_snapshot=extra.get("input_snapshot"),
-                        run=self.run_id, mode=self.mode)  # fmt: skip
+                        input=extra.get("input"), run=self.run_id, mode=self.mode)  # fmt: skip
+
+    def _properties(self, *, extra: dict[str, Any], rows: int) -> Any:
+        """The commit's metadata (the run, its job key, input and input version: what an
+        incremental run reads back) and the run's application transaction."""
+        deltalake = _deltalake()
+        from deltalake.transaction import CommitProperties
+
+        metadata = {"scoring.run": self.run_id, "scoring.job_key": self.journal.job_key,
+                    "scoring.rows": rows, "scoring.committed_at": _now(),
+                    **{k: v for k, v in extra.get("metadata", {}).items()
+                       if k.startswith("scoring.")}}  # fmt: skip
+        if "input_snapshot" in extra:  # the input table's version this run read
+            metadata["scoring.input_version"] = extra["input_snapshot"]["version"]
+        if extra.get("input"):
+            metadata["scoring.input"] = extra["input"]
+        return CommitProperties(
+            custom_metadata=metadata,
+            app_transactions=[deltalake.Transaction(app_id=f"scoring-{self.run_id}", version=1)],
+        )
+
+    def _merge(self, paths: list[str], *, base: str, extra: dict[str, Any]) -> None:
+        """One merge on the key columns, one commit carrying the run's transaction
+        (:func:`scoring._delta_merge.merge`)."""
+        deltalake = _deltalake()
+        table = self._table()
+        source = merge_source(self.journal, paths, base=base, deletes=self.deletes,
+                              target=pa.schema(table.schema().to_arrow()))  # fmt: skip
+        try:
+            merge(table, source, key=self.key,
+                  properties=self._properties(extra=extra, rows=source.num_rows))  # fmt: skip
+        except deltalake.exceptions.DeltaError as exc:
+            raise OutputError(
+                f"cannot merge into Delta table {self.url!r} on {self.key}: {cause_line(exc)}"
+            ) from exc
 
     def _commit(self, files: list[FileRecord], *, extra: dict[str, Any], rows: int) -> None:
         deltalake = _deltalake()
-        from deltalake.transaction import AddAction, CommitProperties
+        from deltalake.transaction import AddAction
 
         now = int(time.time() * 1000)
         footers = [self._footer(f) for f in files]
@@ -216,16 +325,7 @@ class DeltaPublisher:
             for f, footer in zip(files, footers, strict=True)
         ]  # fmt: skip
         schema = _delta_schema(footers[0].schema.to_arrow_schema(), self.partition_types)
-        metadata = {"scoring.run": self.run_id, "scoring.job_key": self.journal.job_key,
-                    "scoring.rows": rows, "scoring.committed_at": _now(),
-                    **{k: v for k, v in extra.get("metadata", {}).items()
-                       if k.startswith("scoring.")}}  # fmt: skip
-        if "input_snapshot" in extra:  # the input table's version this run read
-            metadata["scoring.input_version"] = extra["input_snapshot"]["version"]
-        properties = CommitProperties(
-            custom_metadata=metadata,
-            app_transactions=[deltalake.Transaction(app_id=f"scoring-{self.run_id}", version=1)],
-        )
+        properties = self._properties(extra=extra, rows=rows)
         table = self._table()
         try:
             if table is None:

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
+from ._changes import INCREMENTAL, Changes
 from ._dataset import Fragment
 from ._files import exists
 from ._journal import STAGING, Entry, Journal
-from ._manifest import MANIFEST, PREVIOUS, SUCCESS, InputRecord, Manifest
+from ._manifest import MANIFEST, PREVIOUS, SUCCESS, FileRecord, InputRecord, Manifest
 from ._publish import Publication, begin, place, recorded, take
 from .errors import ConfigError, OutputError
 
@@ -48,14 +49,16 @@ def open_folder(
     on_step: Callable[[str], None] | None = None,
 ) -> FolderPublisher:  # fmt: skip
     """A Parquet folder's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
-    if mode not in (None, "error", "overwrite"):
+    if mode not in (None, "error", "overwrite", INCREMENTAL):
         raise ConfigError(
             f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
             "is published whole, replacing the previous run (mode 'overwrite')"
         )
     journal = Journal(output, job=job, settings={"format": "parquet", **settings})
-    return FolderPublisher(journal, overwrite=mode == "overwrite", verify=verify,
-                           engine_files=engine_files, on_step=on_step)  # fmt: skip
+    publisher = FolderPublisher(journal, overwrite=mode == "overwrite", verify=verify,
+                                engine_files=engine_files, on_step=on_step)  # fmt: skip
+    publisher.incremental = mode == INCREMENTAL
+    return publisher
 
 
 class FolderPublisher:
@@ -75,6 +78,9 @@ class FolderPublisher:
         self.verify = verify  # a complete output's files are read back and hashed
         self.engine_files = engine_files  # prefixes of files an engine's own commit leaves
         self.partition_by: list[str] = []
+        self.incremental = False  # a run that follows the input's changes (plan_run's)
+        #: An incremental run's: the last run's files kept as they are (:meth:`follow`).
+        self.carried: Manifest | None = None
 
     @property
     def _root(self) -> str:
@@ -96,7 +102,7 @@ class FolderPublisher:
             if same and not self._damaged(previous):
                 journal.clear()  # left by a kill after _SUCCESS
                 return True
-            if not same and not self.overwrite:
+            if not same and not self.overwrite and not self.incremental:
                 raise OutputError(
                     f"output {self.url!r} already holds a completed run of another model or "
                     "input; choose a new output or overwrite it: mode 'overwrite' (--overwrite)"
@@ -143,6 +149,34 @@ class FolderPublisher:
                                       sha256=f.sha256 if self.verify else None)
         ]  # fmt: skip
 
+    def previous(self) -> Manifest | None:
+        """The output's last complete run: its manifest (with or without ``_SUCCESS``:
+        an interrupted publication leaves one naming a complete output), each file by
+        the name it has in the output."""
+        manifest = self._manifest()
+        if manifest is None:
+            return None
+        aside = {f.output for f in manifest.published() if f.output.startswith(f"{PREVIOUS}/")}
+        if not aside:
+            return manifest
+        restored = {name.removeprefix(f"{PREVIOUS}/") for name in aside}
+        return manifest.restored(restored)
+
+    def present(self) -> dict[str, int]:
+        """The output's files (staging left out) and their sizes, in one listing."""
+        fs, root = self.journal.fs, self._root
+        if not exists(fs, root):
+            return {}
+        found = fs.find(root, detail=True)
+        named = {p[len(root) :].lstrip("/"): int(i.get("size") or 0) for p, i in found.items()}
+        return {n: size for n, size in named.items() if not n.startswith(STAGING)}
+
+    def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
+        """An incremental run's plan: a full one replaces the output (it is this job's),
+        any other keeps the last run's files it carries and adds its own."""
+        self.overwrite = self.overwrite or changes.kind == "full"
+        self.carried = None if changes.kind == "full" else changes.carried
+
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
         """Journal entries, or entries of this job's published manifest, that prove a
         fragment done for this job (file intact)."""
@@ -161,7 +195,8 @@ class FolderPublisher:
         journal = self.journal
         publication = begin(journal, self.on_step)
         entries = sorted(entries, key=lambda e: e.relpath)
-        keep = {e.output for e in entries}
+        carried = self.carried
+        keep = {e.output for e in entries} | set(carried.names() if carried else ())
         staged = {e.output for e in entries if exists(journal.fs, f"{journal.staging}/{e.output}")}
         manifest = self._manifest()
         old = set(manifest.names()) if manifest else set()
@@ -169,7 +204,15 @@ class FolderPublisher:
         self._remove_all(publication, old - keep)
         # A file not staged was placed by an earlier, interrupted publish.
         place(journal, publication, [e.output for e in entries if e.output in staged])
-        return self._finish(publication, entries, extra=extra)
+        if carried is None:
+            return self._finish(publication, entries, extra=extra)
+        if carried.files is None:  # one entry per fragment, as this run's
+            kept = [e for e in carried.fragments if isinstance(e, Entry)]
+            both = sorted([*kept, *entries], key=lambda e: e.relpath)
+            return self._finish(publication, both, extra=extra)
+        inputs, files = _as_records(entries)  # the last run's files Spark's committer wrote
+        return self._finish(publication, [*carried.fragments, *inputs],
+                            files=[*carried.files, *files], extra=extra)  # fmt: skip
 
     def publish_files(
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
@@ -180,14 +223,26 @@ class FolderPublisher:
         journal = self.journal
         publication = begin(journal, self.on_step)
         manifest = self._manifest()
+        carried = self.carried
+        kept = set(carried.names() if carried else ())
         old = set(manifest.names() if manifest else ()) | {
             p[len(self._root) :].lstrip("/") for p in journal.fs.glob(f"{self._root}/{prefix}*")
         }  # named by the manifest, or moved in by an interrupted publish
-        self._set_aside(publication, manifest, old)
-        self._remove_all(publication, old)
+        self._set_aside(publication, manifest, old - kept)
+        self._remove_all(publication, old - kept)
         take(journal, publication, prefix, into="")
-        files = recorded(journal, sorted(journal.fs.glob(f"{self._root}/{prefix}*")))
+        files = recorded(journal, sorted(
+            p for p in journal.fs.glob(f"{self._root}/{prefix}*")
+            if p[len(self._root) :].lstrip("/") not in kept
+        ))  # fmt: skip
         inputs = [InputRecord(f.relpath, f.path, f.fingerprint, f.rows) for f in fragments]
+        if carried is not None:
+            before, before_files = (
+                _as_records([e for e in carried.fragments if isinstance(e, Entry)])
+                if carried.files is None
+                else ([f for f in carried.fragments if isinstance(f, InputRecord)], carried.files)
+            )  # fmt: skip
+            inputs, files = [*before, *inputs], [*before_files, *files]
         return self._finish(publication, inputs, files=files, extra=extra)
 
     def _remove_all(self, publication: Publication, names: set[str]) -> None:
@@ -256,6 +311,7 @@ class FolderPublisher:
             files=files,
             metadata=extra.get("metadata"),
             input_snapshot=extra.get("input_snapshot"),
+            input=extra.get("input"),
         )
         journal.write_whole(f"{self._root}/{MANIFEST}", manifest.to_json())
         publication.step("wrote the new manifest")
@@ -264,3 +320,10 @@ class FolderPublisher:
         publication.step("marked the output complete")
         journal.clear()
         return manifest
+
+
+def _as_records(entries: list[Entry]) -> tuple[list[InputRecord], list[FileRecord]]:
+    """Journal entries as a manifest of files listed apart (one an engine's committer
+    wrote: an incremental run adds to it in its form)."""
+    inputs = [InputRecord(e.relpath, e.input, e.fingerprint, e.rows) for e in entries]
+    return inputs, [FileRecord(e.output, e.rows, e.sha256, e.bytes) for e in entries]

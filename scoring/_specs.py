@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
-from pydantic import StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic import InstanceOf, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 
-from ._dataset import without_delta_prefix
+from ._dataset import InputDataset, without_delta_prefix
 from ._drift import Profile
 from .errors import ConfigError
 
@@ -32,23 +32,35 @@ _T = TypeVar("_T")
 class _Located:
     """A record naming a location, which may carry a ``delta:`` prefix."""
 
-    location: StrictStr | os.PathLike[str]
+    location: StrictStr | os.PathLike[str] | InstanceOf[InputDataset]
 
     @property
     def url(self) -> str:
         """The location without a ``delta:`` prefix."""
+        if isinstance(self.location, InputDataset):
+            return self.location.url
         return without_delta_prefix(str(self.location))[0]
 
 
 @dataclass(frozen=True)
 class Input(_Located):
     """What a run reads.  ``location``: a Parquet file, folder or glob, or a Delta table
-    (a folder holding ``_delta_log``, or ``delta:URL``).  ``version``: a Delta table's
-    version to read, or an ISO 8601 time (the version current then); by default its
-    latest.  The version read is recorded in the manifest and the commit."""
+    (a folder holding ``_delta_log``, or ``delta:URL``); or an input already opened (a
+    job's planner opens it once).  ``version``: a Delta table's version to read, or an
+    ISO 8601 time (the version current then); by default its latest.  The version read
+    is recorded in the manifest and the commit.
 
-    location: StrictStr | os.PathLike[str]
+    ``incremental``: score only what changed since the output's last complete run of
+    this job (new files of a folder; a Delta table's changes between the version that
+    run read and this one), adding to that output; a run with another model, outputs or
+    kept columns, or no earlier run, scores everything and replaces it (see
+    :mod:`scoring._changes`).  ``on_changed``: an input file that changed or is gone
+    since that run is refused by name (``"refuse"``) or rescored (``"rescore"``)."""
+
+    location: StrictStr | os.PathLike[str] | InstanceOf[InputDataset]
     version: StrictInt | StrictStr | None = None
+    incremental: StrictBool = False
+    on_changed: StrictStr = "refuse"  # ON_CHANGED (refused by name otherwise)
 
 
 @dataclass(frozen=True)
@@ -59,12 +71,15 @@ class Output(_Located):
     (the default: refuse an output holding another run), ``"overwrite"``, and for a
     Delta table also ``"append"`` and ``"overwrite_partitions"`` (only the partitions
     this run writes are replaced).  ``partition_by``: a Delta table's partition columns,
-    kept columns that partition the input."""
+    kept columns that partition the input.  ``key``: kept columns that identify a row:
+    an incremental run merges a Delta table on them, replacing the rows of updated
+    input rows and removing those of deleted ones."""
 
     location: StrictStr | os.PathLike[str]
     format: StrictStr | None = None  # the publishers' names (refused by name otherwise)
     mode: StrictStr | None = None  # each publisher's modes (likewise)
     partition_by: Sequence[StrictStr] = ()
+    key: Sequence[StrictStr] = ()
 
     @property
     def kind(self) -> str:
@@ -112,8 +127,8 @@ DEPRECATED: dict[str, tuple[str, str, str]] = {
 def specs_of(
     input: Any, output: str | os.PathLike[str] | Output, run: RunOptions | None,
     loose: Mapping[str, Any],
-) -> tuple[Any, Output, RunOptions]:  # fmt: skip
-    """``input`` (an :class:`Input` when it is a location), ``output`` and ``run`` as
+) -> tuple[Input, Output, RunOptions]:  # fmt: skip
+    """``input`` (a location, an opened input or an :class:`Input`), ``output`` and ``run`` as
     records, with the loose spellings ``loose`` folded in (each warned about, naming its
     new one).  A keyword that is none of them is refused as Python refuses one; a loose
     spelling beside the record it belongs to is refused by name."""
@@ -133,9 +148,7 @@ def specs_of(
         raise ConfigError(f"score_parquet: {', '.join(clash)} given beside {record}="
                           f"scoring.{kind}(...); give them in the {kind} only")  # fmt: skip
     return (
-        _checked(_folded(input, "input", loose))
-        if isinstance(input, (str, os.PathLike, Input))
-        else input,
+        _checked(_folded(input, "input", loose)),
         _checked(_folded(output, "output", loose)),
         _checked(_folded(run or RunOptions(), "run", loose)),
     )

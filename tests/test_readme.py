@@ -73,6 +73,7 @@ RUN = [
     "from scoring.spark import local_session",
     "import deltalake\nimport pandas as pd",
     "scoring score --model churn@production --input features_delta/",
+    "events = pd.read_parquet(",
 ]
 
 
@@ -197,3 +198,8 @@ def test_delta_examples(lake: Path) -> None:
     _sh(block(RUN[8]), lake)
     table = deltalake.DeltaTable("scores_delta")
     assert table.version() == 2 and len(table.to_pandas()) == 3000
+    namespace = {"scoring": scoring, "deltalake": deltalake, "pd": pd}
+    exec(block(RUN[9]), namespace)
+    assert namespace["report"].changes["deleted"] == 100
+    scores = deltalake.DeltaTable("scores_nightly").to_pandas()
+    assert len(scores) == 2900 and scores.customer_id.min() == 100

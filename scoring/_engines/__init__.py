@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._changes import Incremental
 from .._dataset import InputDataset, open_input
 from .._lease import OutputLease
 from .._progress import RunProgress
@@ -75,7 +76,10 @@ def score_parquet(
     """Score every row of ``input`` into ``output``; see README "Batch scoring".
 
     ``input``: a location, or a :class:`~scoring.Input` pinning a Delta table's version
-    (``Input("delta:s3://t", version=12)``; by default its latest is read and recorded).
+    (``Input("delta:s3://t", version=12)``; by default its latest is read and recorded),
+    or scoring only what changed since the output's last run
+    (``Input("delta:s3://t", incremental=True)``, with ``Output(..., key=["id"])`` where
+    rows are updated or deleted).
     ``output``: a location (``delta:URL`` for a Delta table), or a
     :class:`~scoring.Output` naming its format, mode and partition columns
     (``Output("delta:s3://t", mode="append")``).  ``run``: a
@@ -111,9 +115,14 @@ def score_parquet(
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                strategy=strategy, local=runner.local)  # fmt: skip
         data = (
-            source_spec
-            if isinstance(source_spec, InputDataset)
+            source_spec.location
+            if isinstance(source_spec.location, InputDataset)
             else open_input(source_url, version=source_spec.version)
+        )
+        incremental = (
+            Incremental(key=tuple(target.key), on_changed=source_spec.on_changed)
+            if source_spec.incremental
+            else None
         )
         lease = OutputLease(str(output))
         try:
@@ -123,7 +132,7 @@ def score_parquet(
                                output_format=target.kind, mode=target.mode,
                                partition_by=target.partition_by,
                                settings={"engine_options": dict(engine_options or {})},
-                               monitor=watch.monitor)  # fmt: skip
+                               monitor=watch.monitor, incremental=incremental)  # fmt: skip
             if planned.complete:
                 return report(planned, engine=engine, timeline=[])
             tracker = RunProgress(sum(f.rows for f in planned.todo), enabled=progress)

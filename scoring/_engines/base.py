@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from .._bundle import Bundle
 from .._catalog import ensure_verified
+from .._changes import INCREMENTAL, Changes, Incremental, change_set, check_incremental
 from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
@@ -61,6 +62,7 @@ __all__ = [
     "job_options",
     "options_for",
     "plan_run",
+    "preview_changes",
     "publish",
     "register",
     "report",
@@ -176,6 +178,10 @@ class ScoreReport:
     #: Busy seconds per stage (read, score, write: they overlap; commit), where measured.
     stages: dict[str, float] = field(default_factory=dict)
     already_complete: bool = False
+    #: An incremental run's: full or incremental (and why), the input versions covered,
+    #: rows inserted, updated and deleted, the input's rows, and ``saved_seconds``: a
+    #: full run's rows not scored, at this run's rate.  None: not incremental.
+    changes: dict[str, Any] | None = None
     timeline: list[tuple[float, int]] = field(default_factory=list)
     workers: dict[str, int] = field(default_factory=dict)
 
@@ -183,6 +189,8 @@ class ScoreReport:
         return asdict(self)
 
     def summary(self) -> str:
+        if self.already_complete and self.changes is not None and self.changes["kind"] == "none":
+            return f"{self.output}: {self.changes['said']}: nothing to do"
         if self.already_complete:
             return f"{self.output} already holds this run, complete: nothing to do"
         return (
@@ -191,6 +199,7 @@ class ScoreReport:
             f"{self.files} file(s) -> {self.output}"
             + (f" ({self.rows_skipped:,} rows resumed)" if self.rows_skipped else "")
             + (f"; rows per worker: {self._per_worker()}" if self.engine == "ray" else "")
+            + (f"; {self.changes['said']}" if self.changes is not None else "")
         )
 
     def busy(self) -> str:
@@ -219,6 +228,8 @@ class Run:
     complete: bool = False
     publisher: Publisher | None = None
     started: float = field(default_factory=time.perf_counter)
+    #: An incremental run's change set (None: every row is scored).
+    changes: Changes | None = None
 
     def count(self, batch: pa.RecordBatch | pa.Table, scored: pa.Table) -> Counts | None:
         """``batch``'s features and ``scored``'s outputs counted for drift, if monitored."""
@@ -392,6 +403,7 @@ def plan_run(
     partition_by: Sequence[str] = (),
     monitor: Profile | None = None,
     hooks: Hooks | None = None,
+    incremental: Incremental | None = None,
 ) -> Run:
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
@@ -401,7 +413,8 @@ def plan_run(
     (:mod:`scoring._staging`).  ``partition_by``: a Delta output's partition columns
     (kept columns that partition the input, see :func:`.target.partitions_of`).
     ``monitor``: the model's reference profile, each file's rows counted into its bins;
-    ``hooks``: the plan's (:data:`.plan.HOOKS` by default)."""
+    ``hooks``: the plan's (:data:`.plan.HOOKS` by default).  ``incremental``: score only
+    what changed since the output's last complete run (:mod:`scoring._changes`)."""
     data = input if isinstance(input, InputDataset) else open_input(input)
     check_apart(data.url, output)
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
@@ -416,12 +429,18 @@ def plan_run(
                                own_committer=bool(engine.engine_files))  # fmt: skip
     schema = trial.schema.with_metadata(model.output_metadata())
     schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
+    if incremental is not None:
+        check_incremental(output_format=output_format, mode=mode, key=incremental.key,
+                          keep=keep, on_changed=incremental.on_changed)  # fmt: skip
+        mode = INCREMENTAL
     if lease is not None:
         lease.acquire()
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     hooks = plan_hooks.HOOKS if hooks is None else hooks
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
+    if incremental is not None:
+        given["incremental"] = asdict(incremental)
     publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
                               verify=verify, engine_files=engine.engine_files,
                               settings=given, partitions=partitions,
@@ -430,6 +449,20 @@ def plan_run(
     complete = publisher.check_target(data.fragments)
     if data.snapshot is not None and not complete:  # for this run's own rerun
         publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
+    changes = None if incremental is None else Changes("none", "", input_rows=data.rows)
+    if incremental is not None and not complete:
+        changes = change_set(data, publisher.previous(), job=job,
+                             journal=publisher.journal, output_format=output_format,
+                             on_changed=incremental.on_changed, key=incremental.key,
+                             columns=columns, present=publisher.present())  # fmt: skip
+        publisher.follow(changes, key=incremental.key)
+        # Nothing new, but a publication this job began (a kill) is finished first.
+        complete = changes.kind == "none" and not (publisher.journal.record() or {}).get(
+            "publishing"
+        )
+        if complete:  # nothing to stage: the output stays as the last run left it
+            publisher.journal.clear()
+        data = changes.data or data.subset([])
     done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     score = ScoreSpec(keep=tuple(keep), outputs=outputs, device=device, backend=backend,
@@ -444,7 +477,27 @@ def plan_run(
         stores=dict(stores or {}),
         hooks=hooks,
     )
-    return Run(plan, model, scorer, todo, done, complete, publisher)
+    return Run(plan, model, scorer, todo, done, complete, publisher, changes=changes)
+
+
+def preview_changes(
+    data: InputDataset, output: str, model: Scoring, *, keep: Sequence[str] = (),
+    outputs: str | Sequence[str] = "default", output_format: str = "parquet",
+    incremental: Incremental,
+) -> Changes:  # fmt: skip
+    """What an incremental run of this job would score now, counted only: nothing is
+    written and no lease is taken (a plan's estimate)."""
+    outputs = output_spec(outputs)
+    scorer = scorer_for(model, keep=keep, outputs=outputs)
+    columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
+    job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    publisher = publisher_for(output, job=job, output_format=output_format, mode=INCREMENTAL,
+                              verify=False, engine_files=(), settings={},
+                              partitions={})  # fmt: skip
+    return change_set(data, publisher.previous(), job=job,
+                      journal=None, output_format=output_format,
+                      on_changed=incremental.on_changed, key=incremental.key,
+                      columns=columns, present=publisher.present())  # fmt: skip
 
 
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
@@ -452,7 +505,8 @@ def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     the manifest and ``_SUCCESS``; returns the number of output files."""
     if run.publisher is None:
         raise EngineError("a worker's run has no publisher; the driver publishes")
-    extra: dict[str, Any] = {"metadata": scored.metadata or run.model.output_metadata()}
+    extra: dict[str, Any] = {"metadata": scored.metadata or run.model.output_metadata(),
+                             "input": run.plan.data.url}  # fmt: skip
     if run.plan.data.snapshot is not None:  # the input version read (a Delta table's)
         extra["input_snapshot"] = run.plan.data.snapshot
     if scored.entries is None:
@@ -508,11 +562,22 @@ def report(
         timeline=timeline,
     )
     result.models = run.scorer.member_report(timed=ENGINES[engine].local)
+    if run.changes is not None:
+        result.changes = _changes_report(run.changes, rows=rows, seconds=seconds)
     if scored is not None:
         result.workers = scored.workers
         result.drift_counts = counted(run, scored)
         result.stages = dict(scored.stages)
     return result
+
+
+def _changes_report(changes: Changes, *, rows: int, seconds: float) -> dict[str, Any]:
+    """An incremental run's part of the report: its change set, and the seconds a full
+    run would have spent on the rows it did not score, at this run's rate."""
+    out = {**changes.to_dict(), "said": changes.describe(), "saved_seconds": 0.0}
+    if rows and seconds > 0 and changes.kind == "incremental":
+        out["saved_seconds"] = max(0, changes.input_rows - rows) * seconds / rows
+    return out
 
 
 def check_outside_process(engine: str, *urls: str) -> None:

@@ -208,6 +208,8 @@ class SparkEngine:
         self, run: Run, *, source: ModelSource, options: SparkOptions, progress: RunProgress
     ) -> Scored:
         """Score every input file into the output (not yet published)."""
+        if not run.todo:  # an incremental run with rows to remove only
+            return Scored(None, {}, run.model.output_metadata())
         spark = local_session(options.master or "local[*]", conf=options.conf)
         plan = run.plan
         files = [hadoop_url(plan.data.fs.unstrip_protocol(f.path)) for f in plan.data.fragments]

@@ -134,6 +134,21 @@ def score(
         help="a Delta table input: read this version, or the one current at an ISO 8601 "
         "time (default: the latest)",
     ),
+    incremental: bool = typer.Option(
+        False,
+        help="score only what changed since the output's last run of this job (new files; "
+        "a Delta table's changes since the version it read) and add it to that output",
+    ),
+    on_changed: str = typer.Option(
+        "refuse",
+        help="--incremental: an input file changed or gone since the last run is refused "
+        "(refuse) or rescored (rescore)",
+    ),
+    key: str | None = typer.Option(
+        None,
+        help="--incremental into a Delta output: kept columns that identify a row "
+        "(comma-separated); updated and deleted input rows replace or remove theirs",
+    ),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
     mlflow_uri: str | None = MLFLOW_URI_OPTION,
     registry: str | None = REGISTRY_OPTION,
@@ -166,9 +181,10 @@ def score(
             format=None if output_format == "parquet" else output_format,
             mode=mode or ("overwrite" if overwrite else None),
             partition_by=_columns(partition_by or ""),
+            key=_columns(key or ""),
         )
         result = score_parquet(
-            Input(input, version=input_version),
+            Input(input, version=input_version, incremental=incremental, on_changed=on_changed),
             target,
             entries,
             engine=engine,

@@ -35,6 +35,8 @@ class RunChecks:
     def __call__(self, report: ScoreReport) -> None:
         self.seen = report
         rows = report.rows + report.rows_skipped
+        if report.changes is not None and report.changes["kind"] != "full":
+            rows = report.changes["input_rows"]  # the output holds the input's rows
         self.breaches = self._rows(rows) + self._drift(report)
         for breach in self.breaches:
             log.warning("check failed: %s", breach)

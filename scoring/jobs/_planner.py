@@ -27,9 +27,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._bundle import Bundle
+from .._changes import Changes, Incremental
 from .._dataset import InputDataset, open_input
 from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, options_for, resolve_model
+from .._engines.base import preview_changes
 from .._engines.local import dictionary_columns, parallel_calls
 from .._frameworks import mlflow_tracking
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for, set_of
@@ -69,6 +71,9 @@ class Plan:
     #: Rows/s of reading the input and writing its outputs alone (no scoring), timed on
     #: the same sample: the pace a job could at best reach per worker.
     io_rows_per_second: float | None = None
+    #: An incremental job's change set now (kind, reason, versions, rows inserted,
+    #: updated, deleted, the input's rows): ``rows`` is what it scores.  None: full.
+    changes: dict[str, Any] | None = None
 
     @property
     def margin(self) -> float | None:
@@ -82,7 +87,9 @@ class Plan:
     def summary(self) -> str:
         lines = [
             f"plan for job {self.job!r}: engine {self.engine}, {self.backend} on {self.device}",
-            f"  rows: {self.rows:,} in {self.files} file(s) (from Parquet footers)",
+            f"  rows: {self.rows:,} in {self.files} file(s) (from Parquet footers)"
+            if self.changes is None
+            else f"  rows: {self.rows:,} to score; {self.changes['said']}",
             f"  throughput: {self.rows_per_second:,.0f} rows/s per worker "
             f"({'cached' if self.cached else 'measured'}), workers: {self.workers}",
             f"  fixed: start-up {self.startup_seconds:.1f} s, model load and compile "
@@ -164,26 +171,38 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         if spec.workers != "auto" and not engine.local
         else engine.workers(options_for(engine, spec.engine_options()), device=spec.device)
     )
+    changes = _changes(spec, data, source.compiled)
+    rows = data.rows if changes is None else changes.rows
     startup = engine.startup_seconds + listing
     commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)
     fixed = startup + compile_seconds + commit
-    estimate = fixed + data.rows / (rate * workers)
+    estimate = fixed + rows / (rate * workers)
     deadline = spec.deadline_at(start)
     available = (deadline - planning).total_seconds() if deadline else None
     needed = None
     if available is not None and available > fixed:
-        needed = max(1, math.ceil(data.rows / (rate * (available - fixed))))
+        needed = max(1, math.ceil(rows / (rate * (available - fixed))))
     plan = Plan(
         job=spec.name, engine=spec.engine, device=str(model.device), backend=model.backend,
-        rows=data.rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
+        rows=rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
         startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
         estimated_seconds=estimate,
         deadline=deadline.isoformat(timespec="seconds") if deadline else None,
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
         io_rows_per_second=io_rate,
+        changes=None if changes is None else {**changes.to_dict(), "said": changes.describe()},
     )  # fmt: skip
     return Planned(plan, source, data, _reference(store, source))
+
+
+def _changes(spec: JobSpec, data: InputDataset, model: Scoring) -> Changes | None:
+    """An incremental job's change set as of now (counted, nothing written)."""
+    if not spec.incremental:
+        return None
+    return preview_changes(data, spec.output, model, keep=spec.keep, outputs=spec.outputs,
+                           output_format=spec.format,
+                           incremental=Incremental(tuple(spec.key), spec.on_changed))  # fmt: skip
 
 
 def _reference(store: ModelStore, source: ModelSource) -> Profile | None:

@@ -67,7 +67,7 @@ def build_report(
         "backend": report.backend, "device": report.device, "verified": report.verified,
         "input": report.input,
         "input_bytes": input_bytes, "output": report.output, "output_columns": report.outputs,
-        "rows": report.rows, "rows_resumed": report.rows_skipped,
+        "rows": report.rows, "rows_resumed": report.rows_skipped, "changes": report.changes,
         "rows_check": report.rows + report.rows_skipped == plan.rows,
         "seconds": report.seconds, "wall_seconds": wall, "stages": stages,
         "rows_per_second": report.rows_per_second, "attempts": attempts,

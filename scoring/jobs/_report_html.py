@@ -129,6 +129,11 @@ def _cards(data: dict[str, Any]) -> str:
         ("none" if margin is None else f"{margin:+,.0f} s", "deadline margin"),
         ("yes" if data["rows_check"] else "NO", "rows out = rows in"),
     ]  # fmt: skip
+    changes = data.get("changes")
+    if changes is not None:  # an incremental job: what it covered and what it saved
+        cards.insert(1, (changes["kind"], changes["said"] + (
+            f"; {changes['saved_seconds']:,.0f} s saved against a full run"
+            if changes.get("saved_seconds") else "")))  # fmt: skip
     items = "".join(f"<div class='card'><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>"
                     for v, k in cards)  # fmt: skip
     return f"<div class='cards'>{items}</div>"

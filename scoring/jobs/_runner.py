@@ -16,7 +16,7 @@ from typing import Any
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
 from .._registry import RunRecord, describe_trend, trend
-from .._specs import Output, RunOptions
+from .._specs import Input, Output, RunOptions
 from .._stores import configured
 from ..errors import (
     CompileError,
@@ -253,12 +253,13 @@ def _with_retries(
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):
         try:
+            source = Input(data, incremental=spec.incremental, on_changed=spec.on_changed)
             target = Output(spec.output, format=spec.format, mode=spec.mode,
-                            partition_by=spec.partition_by)  # fmt: skip
+                            partition_by=spec.partition_by, key=spec.key)  # fmt: skip
             run = RunOptions(verify=spec.verify, monitor=checks.reference, on_progress=watch,
                              before_publish=checks)  # fmt: skip
             report = score_parquet(
-                data, target, model, engine=spec.engine, keep=spec.keep,
+                source, target, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 strategy=spec.strategy, registry=spec.registry,
                 engine_options=spec.engine_options(), progress=progress,

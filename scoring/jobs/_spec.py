@@ -13,6 +13,10 @@
     # mode = "append"                           # Delta: error (default) | append | overwrite
     #                                           #   | overwrite_partitions (those it writes)
     # partition_by = ["date"]                   # Delta: kept columns partitioning the input
+    # incremental = true                        # only what changed since the last run
+    # on_changed = "rescore"                    #   a changed input file: refuse (default)
+    # key = ["customer_id"]                     #   Delta output: merged on it (updates,
+    #                                           #   deletes of a Delta input's change feed)
     engine = "local"                            # a name in scoring._engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
@@ -163,6 +167,9 @@ class JobSpec(_EngineTables):
     mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
     partition_by: list[str] = Field(default_factory=list)  # a Delta output's
     input_version: int | str | None = None  # a Delta input's version, or an ISO 8601 time
+    incremental: bool = False  # score only what changed since the output's last run
+    on_changed: Literal["refuse", "rescore"] = "refuse"  # an input file changed or gone
+    key: list[str] = Field(default_factory=list)  # a Delta output's row key (merge)
     engine: str = "local"
     deadline: str | None = None
     timezone: str = "UTC"
