@@ -93,6 +93,8 @@ def score(model: Path, table: Path, out: Path, *extra: str) -> tuple[float, int,
     if done.returncode != 0:
         raise SystemExit(f"scoring failed: {done.stderr[-2000:]}")
     found = SUMMARY.search(done.stderr + done.stdout)
+    if found is None and "nothing to do" in done.stderr + done.stdout:
+        return seconds, 0, 0.0
     if found is None:
         raise SystemExit(f"no summary line in: {(done.stderr + done.stdout)[-2000:]}")
     return seconds, int(found.group(1).replace(",", "")), float(found.group(2).replace(",", ""))
@@ -134,9 +136,13 @@ def main() -> None:
             rounds.append((changed, inc, full))
             print(f"round {round_ + 1}: incremental {inc[0]:.1f} s ({inc[1]:,} rows), "
                   f"full {full[0]:.1f} s ({full[1]:,} rows)", flush=True)  # fmt: skip
+        # The same command once more, nothing changed: what it costs whatever the change.
+        idle = [score(model, table, root / "incremental", "--incremental", "--key", "id")[0]
+                for _ in range(args.rounds)]  # fmt: skip
         rows, gap = same(root / "incremental", root / "full")
     after = os.getloadavg()[0]
-    write(args, rounds, first=first, built=built, rows=rows, gap=gap, load=(load, after))
+    write(args, rounds, first=first, built=built, rows=rows, gap=gap, load=(load, after),
+          idle=idle)  # fmt: skip
 
 
 def _cell(values: list[float], unit: str = "") -> str:
@@ -148,7 +154,8 @@ def _cell(values: list[float], unit: str = "") -> str:
 
 
 def write(args: argparse.Namespace, rounds: list, *, first: tuple[float, int, float],
-          built: float, rows: int, gap: float, load: tuple[float, float]) -> None:  # fmt: skip
+          built: float, rows: int, gap: float, load: tuple[float, float],
+          idle: list[float]) -> None:  # fmt: skip
     inc_s = [r[1][0] for r in rounds]
     full_s = [r[2][0] for r in rounds]
     ratio = statistics.median(full_s) / statistics.median(inc_s)
@@ -176,7 +183,14 @@ def write(args: argparse.Namespace, rounds: list, *, first: tuple[float, int, fl
         f"{_cell([r[1][2] for r in rounds])} |",
         f"| full | {rounds[0][2][1]:,} | {_cell(full_s, 's')} | "
         f"{_cell([r[2][2] for r in rounds])} |",
+        f"| incremental, nothing changed | 0 | {_cell(idle, 's')} | |",
         f"| **full / incremental seconds** | | **{ratio:.1f}x** | |",
+        "",
+        "The run with nothing changed is the incremental path's cost whatever the change "
+        "(the process's start, the model's compile, the input's and output's logs): the "
+        f"change itself took {statistics.median(inc_s) - statistics.median(idle):.1f} s of "
+        f"the incremental run's {statistics.median(inc_s):.1f} s, the full run "
+        f"{statistics.median(full_s) - statistics.median(idle):.1f} s beyond it.",
         "",
         f"After the last round both outputs hold {rows:,} rows with the same ids; the "
         f"largest difference of their probabilities is {gap:.1e}.",

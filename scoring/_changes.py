@@ -5,9 +5,11 @@ An incremental run compares its input with what the output's publisher recorded 
 its last complete run (:meth:`~scoring._publish.Publisher.previous`: the job key, the
 input and its version, the fragments and files) and scores only the difference:
 
-- a **Parquet folder**: files not scored before are new.  A file whose size or
-  modification time changed, or that is gone, is refused by name, or, with
-  ``on_changed="rescore"``, rescored (its output file replaced) or dropped.
+- a **Parquet folder**: files not scored before are new (a folder output's manifest
+  names the files scored; a Delta output records them beside the table, under
+  ``_scoring_inputs/``, named by its commit).  A file whose size or modification time
+  changed, or that is gone, is refused by name, or, with ``on_changed="rescore"``,
+  rescored (its output file replaced) or dropped (a folder output's).
 - a **Delta table**: the changes between the version the last run read and the one
   pinned now, from delta-rs's ``load_cdf``.  With the table's change data feed
   (``delta.enableChangeDataFeed``) inserts and update post-images are scored, deletes
@@ -148,12 +150,6 @@ def change_set(
     Parquet folder's; None for a table, whose log is its own).  ``journal``: the run's,
     under whose staging a Delta table's change rows are written; None counts them only
     (a plan's preview: nothing is written)."""
-    if present is None and data.snapshot is None:
-        raise ConfigError(
-            f"input {data.url!r} is a Parquet folder: an incremental run of a Parquet folder "
-            "input writes a Parquet folder output (its manifest records the files scored); "
-            "a Delta table output follows a Delta table input"
-        )
     rows = data.rows
     why = _full_reason(data, previous, job=job)
     if why:
@@ -188,6 +184,8 @@ def _full_reason(data: InputDataset, previous: Manifest | None, *, job: dict[str
     had = (previous.input_snapshot or {}).get("version")
     if (data.snapshot is None) != (had is None):
         return "the last run read the input as another kind (a Delta table or a folder)"
+    if data.snapshot is None and not previous.fragments:
+        return "the last run recorded no input files (an earlier version wrote it)"
     return ""
 
 
@@ -214,8 +212,9 @@ def _folder_changes(
         )  # fmt: skip
     if (changed or gone) and previous.files is not None:
         raise InputError(
-            f"input file {(changed or gone)[0]!r} changed since the last run, whose files "
-            f"Spark's committer wrote (each holds rows of many input files): {FULL_RUN}"
+            f"input file {(changed or gone)[0]!r} changed since the last run, whose output "
+            "files each hold rows of many input files (a Delta table's, or Spark's "
+            f"committer's), so its rows cannot be replaced alone: {FULL_RUN}"
         )
     # An output file gone or rewritten since: its input file is scored again.
     redo = {r for r, f in before.items() if r in now and outputs.get(r) in lost}

@@ -439,8 +439,7 @@ def test_two_incremental_runs_started_together_one_runs_the_other_is_refused(
 def test_follows_only_what_the_output_can_take(
     tmp_path: Path, models: tuple[Path, Path, Any, Any]
 ) -> None:
-    """Updated rows need a Delta output merged on a key; a folder input's files are
-    recorded by a folder output's manifest only."""
+    """Updated rows need a Delta output merged on a key."""
     v1 = models[0]
     source, out = tmp_path / "delta", tmp_path / "out"
     _delta(source, _rows(0, 100), configuration=FEED)
@@ -454,10 +453,6 @@ def test_follows_only_what_the_output_can_take(
     deltalake.DeltaTable(str(source)).update(predicate="id < 5", updates={"a": "a + 1.0"})
     with pytest.raises(ConfigError, match=r"name the key columns .* --key"):
         _score(source, table_out, v1)
-    folder = tmp_path / "folder"
-    _write(folder, "day1.parquet", _rows(0, 50))
-    with pytest.raises(ConfigError, match=r"a Parquet folder input .* Parquet folder output"):
-        _score(folder, scoring.Output(f"delta:{tmp_path / 'table2'}"), v1)
 
 
 def test_a_new_model_rescores_a_delta_output_in_full(
@@ -475,3 +470,26 @@ def test_a_new_model_rescores_a_delta_output_in_full(
     assert report.rows == 230
     _same(out, clf2, deltalake.DeltaTable(str(source)).to_pandas())
     assert deltalake.DeltaTable(str(out)).history()[0]["operation"] == "WRITE"
+
+
+def test_a_folder_into_a_delta_table_appends_its_new_files(
+    tmp_path: Path, models: tuple[Path, Path, Any, Any]
+) -> None:
+    """The files scored to date are recorded beside the table, named by each commit."""
+    v1, _, clf, _ = models
+    folder, out = tmp_path / "folder", tmp_path / "table"
+    target = scoring.Output(f"delta:{out}")
+    _write(folder, "day1.parquet", _rows(0, 150))
+    _score(folder, target, v1)
+    for day in (2, 3):
+        _write(folder, f"day{day}.parquet", _rows(150 * (day - 1), 150))
+        report = _score(folder, target, v1)
+        assert report.rows == 150 and report.changes["kind"] == "incremental"  # type: ignore[index]
+    _same(out, clf, pd.concat([_rows(0, 150), _rows(150, 150), _rows(300, 150)]))
+    assert len(list((out / "_scoring_inputs").glob("*.json"))) == 1, "the last run's record"
+    assert _score(folder, target, v1).changes["kind"] == "none"  # type: ignore[index]
+    (folder / "day2.parquet").unlink()
+    with pytest.raises(InputError, match=r"'day2\.parquet' is gone"):
+        _score(folder, target, v1)
+    with pytest.raises(InputError, match="a Delta table's, or Spark's"):
+        _score(folder, target, v1, on_changed="rescore")
