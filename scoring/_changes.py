@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -101,21 +101,23 @@ class Changes:
         return bool(self.updated or self.deleted or self.deletes)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for name in ("data", "carried", "deletes"):
-            out.pop(name)
-        return out
+        """The report's part: what it is and counts (not the input and files it holds)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("data", "carried", "deletes")}  # fmt: skip
 
     def describe(self) -> str:
         """One line for the run's summary."""
         if self.kind == "full":
             return f"full run: {self.reason}"
-        versions = (f" (input versions {self.since + 1}-{self.until})"
-                    if self.since is not None and self.until is not None else "")  # fmt: skip
+        versions, since, until = "", self.since, self.until
+        if since is not None and until is not None:
+            versions = f" (input versions {since + 1}-{until})" if until > since else (
+                f" (input version {until})")  # fmt: skip
         if self.kind == "none":
             return f"incremental: nothing changed since the last run{versions}"
         return (f"incremental{versions}: {self.inserted:,} rows inserted, {self.updated:,} "
-                f"updated, {self.deleted:,} deleted, of {self.input_rows:,}")  # fmt: skip
+                f"updated, {self.deleted:,} deleted; {self.input_rows:,} rows in the "
+                "input")  # fmt: skip
 
 
 def check_incremental(

@@ -273,7 +273,8 @@ class DeltaPublisher:
             [e.output for e in entries if exists(journal.fs, f"{journal.staging}/{e.output}")],
         )
         files = [FileRecord(e.output, e.rows, e.sha256, e.bytes) for e in entries]
-        return self._committing(publication, entries, files, extra=extra)
+        self._commit(files, extra=extra, rows=sum(f.rows for f in files))
+        return self._done(publication, entries, files, extra=extra)
 
     def publish_files(
         self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
@@ -294,18 +295,8 @@ class DeltaPublisher:
             return self._done(publication, inputs, files, extra=extra)
         take(journal, publication, prefix, into=self._folder)
         files = recorded(journal, written(journal, f"{journal.root}/{self._folder}", prefix))
-        return self._committing(publication, inputs, files, extra=extra)
-
-    def _committing(
-        self,
-        publication: Publication,
-        fragments: list[Entry] | list[InputRecord],
-        files: list[FileRecord],
-        *,
-        extra: dict[str, Any],
-    ) -> Manifest:
         self._commit(files, extra=extra, rows=sum(f.rows for f in files))
-        return self._done(publication, fragments, files, extra=extra)
+        return self._done(publication, inputs, files, extra=extra)
 
     def _done(
         self,

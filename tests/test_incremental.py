@@ -17,9 +17,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 import scoring
+from scoring.cli import app
 from scoring.errors import ConfigError, InputError, OutputError
+
+from .test_delta import HELD_AT  # the command held at a point until a signal stops it
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
 FEATURES = ["a", "b", "c"]
@@ -227,26 +231,6 @@ def test_incremental_options_refused_by_name(
 
 # -- a kill at each step, then the same command -----------------------------------------
 
-#: The ``scoring`` command, held at the given occurrence of a point (a file journaled,
-#: a step of publication) until a signal stops it (bounded: a lost signal fails).
-HELD_AT = """
-import sys, threading
-from scoring._engines import plan
-
-target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
-def hold(done):
-    seen[done] = seen.get(done, 0) + 1
-    if done == target and seen[done] == wanted:
-        print("held", flush=True)
-        if not threading.Event().wait(timeout=300):
-            raise RuntimeError("no signal stopped the command")
-plan.HOOKS = plan.Hooks(on_file_journaled=lambda entry: hold("journaled a file"),
-                        on_publish_step=hold)
-sys.argv = ["scoring", *sys.argv[3:]]
-from scoring.cli import app
-app()
-"""
-
 
 def _held(point: str, occurrence: int, sent: int, command: list[str]) -> str:
     """Run ``command`` held at ``point``, stop it with ``sent``; what it said."""
@@ -282,10 +266,6 @@ FOLDER_POINTS = [
 def test_folder_run_killed_at_each_step_then_rerun_scores_each_new_row_once(
     tmp_path: Path, models: tuple[Path, Path, Any, Any], point: str, occurrence: int, sent: int
 ) -> None:  # fmt: skip
-    from typer.testing import CliRunner
-
-    from scoring.cli import app
-
     v1, _, clf, _ = models
     source, out = tmp_path / "in", tmp_path / "out"
     _write(source, "day1.parquet", _rows(0, 300))
@@ -314,10 +294,6 @@ DELTA_POINTS = [("journaled a file", 1, 9), ("committed the new table version", 
 def test_delta_merge_killed_at_each_step_then_rerun_changes_each_row_once(
     tmp_path: Path, models: tuple[Path, Path, Any, Any], point: str, occurrence: int, sent: int
 ) -> None:  # fmt: skip
-    from typer.testing import CliRunner
-
-    from scoring.cli import app
-
     v1, _, clf, _ = models
     source, out = tmp_path / "in", tmp_path / "out"
     _delta(source, _rows(0, 400), partition_by=["region"], configuration=FEED)
@@ -370,7 +346,10 @@ def test_a_job_file_plans_and_runs_the_increment(
     assert "40 rows inserted, 0 updated, 20 deleted" in plan.summary()
     outcome = run_job(spec, progress=False)
     assert outcome.report.rows == 40 and outcome.report.changes is not None
-    assert outcome.report.changes["saved_seconds"] > 0
+    rate = outcome.plan.rows_per_second * outcome.plan.workers  # the plan's measured rate
+    assert outcome.report.changes["saved_seconds"] == pytest.approx((520 - 40) / rate)
+    page = Path(outcome.report_files[1]).read_text()  # the report's header cards say so
+    assert "40 rows inserted, 0 updated, 20 deleted" in page and "saved against a full" in page
     _same(out, clf, deltalake.DeltaTable(str(source)).to_pandas())
 
 
@@ -384,9 +363,19 @@ def test_distributed_engines_score_the_increment(
     """The driver computes the change set once; the workers score it."""
     import shutil
 
-    pytest.importorskip(engine if engine == "ray" else "pyspark")
+    module = pytest.importorskip(engine if engine == "ray" else "pyspark")
     if engine == "spark" and shutil.which("java") is None:
         pytest.skip("Spark needs a Java runtime")
+    if engine == "ray":  # a Ray instance of this test's own, shut down after it
+        module.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        _distributed(tmp_path, models, engine)
+    finally:
+        if engine == "ray":
+            module.shutdown()
+
+
+def _distributed(tmp_path: Path, models: tuple[Path, Path, Any, Any], engine: str) -> None:
     options = ({"num_workers": 1, "num_cpus": 1} if engine == "ray"
                else {"master": "local[1]"})  # fmt: skip
     v1, _, clf, _ = models

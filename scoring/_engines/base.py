@@ -179,8 +179,9 @@ class ScoreReport:
     stages: dict[str, float] = field(default_factory=dict)
     already_complete: bool = False
     #: An incremental run's: full or incremental (and why), the input versions covered,
-    #: rows inserted, updated and deleted, the input's rows, and ``saved_seconds``: a
-    #: full run's rows not scored, at this run's rate.  None: not incremental.
+    #: rows inserted, updated and deleted, the input's rows (a job adds
+    #: ``saved_seconds``: the rows it did not score, at its plan's measured rate).  None:
+    #: not incremental.
     changes: dict[str, Any] | None = None
     timeline: list[tuple[float, int]] = field(default_factory=list)
     workers: dict[str, int] = field(default_factory=dict)
@@ -455,13 +456,7 @@ def plan_run(
                              journal=publisher.journal, output_format=output_format,
                              on_changed=incremental.on_changed, key=incremental.key,
                              columns=columns, present=publisher.present())  # fmt: skip
-        publisher.follow(changes, key=incremental.key)
-        # Nothing new, but a publication this job began (a kill) is finished first.
-        complete = changes.kind == "none" and not (publisher.journal.record() or {}).get(
-            "publishing"
-        )
-        if complete:  # nothing to stage: the output stays as the last run left it
-            publisher.journal.clear()
+        complete = _follow(publisher, changes, key=incremental.key)
         data = changes.data or data.subset([])
     done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
@@ -478,6 +473,18 @@ def plan_run(
         hooks=hooks,
     )
     return Run(plan, model, scorer, todo, done, complete, publisher, changes=changes)
+
+
+def _follow(publisher: Publisher, changes: Changes, *, key: Sequence[str]) -> bool:
+    """The publisher told what an incremental run publishes; whether it is complete
+    already: nothing changed, and no publication of this job (a kill) is left to
+    finish.  Then nothing stays staged: the output is as the last run left it."""
+    publisher.follow(changes, key=key)
+    unfinished = (publisher.journal.record() or {}).get("publishing")
+    complete = changes.kind == "none" and not unfinished
+    if complete:
+        publisher.journal.clear()
+    return complete
 
 
 def preview_changes(
@@ -563,21 +570,12 @@ def report(
     )
     result.models = run.scorer.member_report(timed=ENGINES[engine].local)
     if run.changes is not None:
-        result.changes = _changes_report(run.changes, rows=rows, seconds=seconds)
+        result.changes = {**run.changes.to_dict(), "said": run.changes.describe()}
     if scored is not None:
         result.workers = scored.workers
         result.drift_counts = counted(run, scored)
         result.stages = dict(scored.stages)
     return result
-
-
-def _changes_report(changes: Changes, *, rows: int, seconds: float) -> dict[str, Any]:
-    """An incremental run's part of the report: its change set, and the seconds a full
-    run would have spent on the rows it did not score, at this run's rate."""
-    out = {**changes.to_dict(), "said": changes.describe(), "saved_seconds": 0.0}
-    if rows and seconds > 0 and changes.kind == "incremental":
-        out["saved_seconds"] = max(0, changes.input_rows - rows) * seconds / rows
-    return out
 
 
 def check_outside_process(engine: str, *urls: str) -> None:

@@ -163,6 +163,7 @@ def _run(
         _report_failure(spec, exc, plan=plan, start=start, checks=checks)
         raise
     finished = datetime.now(timezone.utc)
+    _saved(report, plan)
     late = deadline is not None and finished > deadline
     runs = recorder.record("late" if late else "ok", exit_code=EXIT_LATE if late else EXIT_OK,
                            finished=finished, report=report)  # fmt: skip
@@ -239,6 +240,16 @@ def _report_failure(
     except Exception as failed:  # the run's own error is the one to report
         log.warning("could not write the report of the failed run: %s", failed)
         return []
+
+
+def _saved(report: ScoreReport, plan: Plan) -> None:
+    """An incremental run's seconds saved: the rows a full run would also have scored,
+    at the plan's measured rate (per worker, times the workers)."""
+    changes = report.changes
+    if changes is None or changes["kind"] != "incremental" or plan.rows_per_second <= 0:
+        return
+    skipped = max(0, changes["input_rows"] - report.rows - report.rows_skipped)
+    changes["saved_seconds"] = skipped / (plan.rows_per_second * max(1, plan.workers))
 
 
 def _with_retries(
