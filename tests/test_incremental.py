@@ -358,8 +358,9 @@ def test_a_job_file_plans_and_runs_the_increment(
 
 @pytest.mark.parametrize("engine", ["ray", "spark"])
 def test_distributed_engines_score_the_increment(
-    tmp_path: Path, models: tuple[Path, Path, Any, Any], engine: str
-) -> None:
+    tmp_path: Path, models: tuple[Path, Path, Any, Any], engine: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     """The driver computes the change set once; the workers score it."""
     import shutil
 
@@ -367,6 +368,9 @@ def test_distributed_engines_score_the_increment(
     if engine == "spark" and shutil.which("java") is None:
         pytest.skip("Spark needs a Java runtime")
     if engine == "ray":  # a Ray instance of this test's own, shut down after it
+        # Workers at the driver's priority, as scoring.ray.connect() starts them (Ray's
+        # default niceness starves them beside busy processes).
+        monkeypatch.setenv("RAY_worker_niceness", "0")
         module.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         _distributed(tmp_path, models, engine)
