@@ -421,7 +421,7 @@ def plan_run(
     outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
-    columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
+    columns = _read_columns(scorer, data, keep)
     data.require(columns)  # every file, not only the first, holds what is read
     trial = scorer.score(data.head(columns=columns, rows=TRIAL_ROWS))
     scorer.restart_clock()  # the report's seconds are the run's
@@ -436,7 +436,7 @@ def plan_run(
         mode = INCREMENTAL
     if lease is not None:
         lease.acquire()
-    job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    job = _job(model, keep, outputs)
     hooks = plan_hooks.HOOKS if hooks is None else hooks
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
@@ -475,6 +475,17 @@ def plan_run(
     return Run(plan, model, scorer, todo, done, complete, publisher, changes=changes)
 
 
+def _read_columns(scorer: Scorer | SetScorer, data: InputDataset, keep: Sequence[str]) -> list[str]:
+    """The input columns a run reads: the kept ones, then the model's features."""
+    return list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
+
+
+def _job(model: Scoring, keep: Sequence[str], outputs: str) -> dict[str, Any]:
+    """What keys a run (:func:`scoring._journal.job_key`): model bytes, kept columns,
+    outputs."""
+    return {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+
+
 def _follow(publisher: Publisher, changes: Changes, *, key: Sequence[str]) -> bool:
     """The publisher told what an incremental run publishes; whether it is complete
     already: nothing changed, and no publication of this job (a kill) is left to
@@ -496,8 +507,8 @@ def preview_changes(
     written and no lease is taken (a plan's estimate)."""
     outputs = output_spec(outputs)
     scorer = scorer_for(model, keep=keep, outputs=outputs)
-    columns = list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
-    job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    columns = _read_columns(scorer, data, keep)
+    job = _job(model, keep, outputs)
     publisher = publisher_for(output, job=job, output_format=output_format, mode=INCREMENTAL,
                               verify=False, engine_files=(), settings={},
                               partitions={})  # fmt: skip
