@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from ._dataset import InputDataset, delta_storage_options, open_input
 from ._files import exists
+from ._iceberg import appended
 from ._journal import Entry, Journal, job_key
 from ._manifest import Manifest
 from .errors import ConfigError, InputError, cause_line
@@ -164,6 +165,8 @@ def change_set(
     if lost and (data.snapshot is not None or previous.files is not None):
         return Changes("full", f"the last run's output file {lost[0]!r} is gone or changed",
                        data=data, input_rows=rows, inserted=rows)  # fmt: skip
+    if (data.snapshot or {}).get("format") == "iceberg":
+        return _appended_changes(data, previous)
     if data.snapshot is not None:
         return _table_changes(data, previous, journal=journal, output_format=output_format,
                               key=key, columns=columns)  # fmt: skip
@@ -245,6 +248,26 @@ def _folder_changes(
 def _outputs_of(previous: Manifest) -> dict[str, str]:
     """Each input fragment's output file, where the product wrote one per fragment."""
     return {e.relpath: e.output for e in previous.fragments if isinstance(e, Entry)}
+
+
+# -- an Iceberg table ---------------------------------------------------------------------
+
+
+def _appended_changes(data: InputDataset, previous: Manifest) -> Changes:
+    """The data files the snapshots after the one the last run read appended; any other
+    kind of snapshot between is refused by name (:func:`scoring._iceberg.appended`)."""
+    since = int((previous.input_snapshot or {})["version"])
+    until = int((data.snapshot or {})["version"])
+    base = Changes("none", "", carried=previous, since=since, until=until, input_rows=data.rows)
+    if since == until:
+        return base
+    added = set(appended(data.url, since=since, until=until, fix=FULL_RUN))
+    new = [f for f in data.fragments if data.fs.unstrip_protocol(f.path) in added
+           or f.path in added]  # fmt: skip
+    if not new:
+        return base
+    return replace(base, kind="incremental", data=data.subset([f.relpath for f in new]),
+                   inserted=sum(f.rows for f in new))  # fmt: skip
 
 
 # -- a Delta table ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from ._iceberg import is_iceberg, kept_rows, pinned_scan, refuse_renamed
 from .errors import DependencyError, InputError, InputFileError, cause_line, translated
 
 __all__ = [
@@ -74,6 +75,11 @@ class InputDataset:
     snapshot: dict[str, Any] | None = None
     #: The version asked for when it was opened (a number or a time; None: the latest).
     requested_version: int | str | None = None
+    #: An Iceberg snapshot's position deletes: a file's path -> the sorted positions of
+    #: its rows that are deleted (skipped as it is read; :mod:`scoring._iceberg`).
+    deleted: dict[str, Any] = field(default_factory=dict)
+    #: Columns the files hold one value each of (an Iceberg table's identity partitions).
+    file_partitions: list[str] = field(default_factory=list)
 
     @property
     def schema(self) -> pa.Schema:
@@ -123,10 +129,18 @@ class InputDataset:
     ) -> Iterator[pa.RecordBatch]:
         """The fragment's rows in file order, ``batch_rows`` at a time."""
         piece = self.pieces[fragment.index]
+        deleted, start = self.deleted.get(fragment.path), 0
         with translated("parquet", f"cannot read Parquet file {fragment.path!r}", fix=_FIX):
-            yield from piece.to_batches(
+            for batch in piece.to_batches(
                 columns=list(columns), schema=self.schema, batch_size=batch_rows, use_threads=True
-            )
+            ):
+                if deleted is None:
+                    yield batch
+                    continue
+                kept = kept_rows(batch, start, deleted)
+                start += batch.num_rows
+                if kept.num_rows:
+                    yield kept
 
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
         """Up to ``rows`` rows of the first non-empty file (for checks before writing).
@@ -191,6 +205,8 @@ def open_input(url: str, *, version: int | str | None = None) -> InputDataset:
     """Discover the input's files and read their footers; raise naming what is wrong.
     ``version``: a Delta table's version to read, or an ISO 8601 time (the version
     current then); default its latest."""
+    if is_iceberg(url):
+        return _open_iceberg(str(url), version=version)
     url, prefixed = without_delta_prefix(str(url))
     if prefixed or is_delta_table(url):
         return _open_delta(url, version=version)
@@ -225,11 +241,15 @@ def open_input(url: str, *, version: int | str | None = None) -> InputDataset:
 
 
 def _dataset(
-    url: str, fs: Any, pieces: list[Any], base: str, dataset: pads.Dataset
-) -> InputDataset:
+    url: str, fs: Any, pieces: list[Any], base: str, dataset: pads.Dataset, *,
+    deleted: dict[str, Any] | None = None,
+) -> InputDataset:  # fmt: skip
     """The input of ``pieces`` (pyarrow fragments; ``dataset`` names their format and
-    schema, partition columns included), every file's footer read."""
+    schema, partition columns included), every file's footer read; ``deleted``: the
+    positions of deleted rows, by file (an Iceberg snapshot's)."""
+    deleted = deleted or {}
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
+    fragments = [replace(f, rows=f.rows - len(deleted.get(f.path, ()))) for f in fragments]
     if not fragments or not any(f.rows for f in fragments):
         raise InputError(f"input {url!r} holds no rows: nothing to score")
     # pyarrow takes the first file's schema for all; every file's is read as one instead.
@@ -238,7 +258,8 @@ def _dataset(
         pieces, schema=schema, format=dataset.format, filesystem=dataset.filesystem
     )
     return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces,
-                        partition_columns=partition, conflicts=conflicts)  # fmt: skip
+                        partition_columns=partition, conflicts=conflicts,
+                        deleted=deleted)  # fmt: skip
 
 
 def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
@@ -281,6 +302,24 @@ def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
     data = _dataset(url, fs, pieces, root, dataset)
     data.snapshot = {"format": "delta", "version": int(table.version())}
     data.requested_version = number if number is not None else version
+    return data
+
+
+def _open_iceberg(url: str, *, version: int | str | None) -> InputDataset:
+    """An Iceberg table's snapshot as an input (:mod:`scoring._iceberg`)."""
+    scan = pinned_scan(url, version=version)
+    fs, root = fsspec.core.url_to_fs(scan.location)
+    filesystem = arrow_filesystem(fs)
+    fmt = pads.ParquetFileFormat()
+    pieces = [fmt.make_fragment(fs._strip_protocol(p), filesystem=filesystem)
+              for p in scan.paths]  # fmt: skip
+    refuse_renamed(scan, pieces)
+    dataset = pads.FileSystemDataset(pieces, schema=scan.schema, format=fmt, filesystem=filesystem)
+    deleted = {fs._strip_protocol(p): d for p, d in scan.deleted.items()}
+    data = _dataset(url, fs, pieces, root.rstrip("/"), dataset, deleted=deleted)
+    data.snapshot = {"format": "iceberg", "version": scan.snapshot_id}
+    data.file_partitions = list(scan.identity)
+    data.requested_version = version
     return data
 
 

@@ -42,8 +42,12 @@ class OutputLease:
     """``acquire()`` before reading the output's state, ``check()`` before publishing,
     ``release()`` at the end (safe to call when never acquired)."""
 
-    def __init__(self, url: str, *, stale_after: float = STALE_AFTER_S):
-        self.fs, root = fsspec.core.url_to_fs(str(url))
+    def __init__(
+        self, url: str, *, location: str | None = None, stale_after: float = STALE_AFTER_S
+    ):
+        """``url``: the output as named; ``location``: where its files are, when that is
+        not ``url`` (an Iceberg table's, named through its catalog)."""
+        self.fs, root = fsspec.core.url_to_fs(str(location or url))
         self.url = str(url)
         self.path = f"{root.rstrip('/')}/{LEASE}"
         self.stale_after = stale_after

@@ -16,23 +16,28 @@ into place one step at a time, and reading back the files an engine's committer 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._changes import Changes
 from ._dataset import Fragment
 from ._files import exists
 from ._journal import Entry, Journal
-from ._manifest import FileRecord, Manifest
+from ._manifest import FileRecord, InputRecord, Manifest
 
 __all__ = [
-    "Publication", "Publisher", "begin", "engine_dir", "place", "publications_since",
-    "recorded", "written",
+    "INPUTS", "Publication", "Publisher", "begin", "engine_dir", "forget_inputs", "place",
+    "publications_since", "recorded", "recorded_inputs", "recording", "written",
 ]  # fmt: skip
+
+#: Where a table output records a Parquet folder input's files scored to date.
+INPUTS = "_scoring_inputs"
 
 
 class Publisher(Protocol):
@@ -58,6 +63,10 @@ class Publisher(Protocol):
 
     def present(self) -> dict[str, int] | None:
         """The output's files and sizes (None: a table, whose log says what it holds)."""
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Refuse, before anything is written, files of ``schema`` the output cannot
+        take (an existing table's other columns or types), naming the column."""
 
     def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
         """Publish as an incremental run's :class:`~scoring._changes.Changes` say."""
@@ -161,3 +170,43 @@ def recorded(journal: Journal, paths: list[str]) -> list[FileRecord]:
             )
         )
     return records
+
+
+# -- a table output's record of a Parquet folder input ---------------------------------
+
+
+def recording(
+    journal: Journal, run: str | None, carried: Manifest | None,
+    fragments: Sequence[Entry | InputRecord], extra: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """``extra`` naming, for a Parquet folder input, every input file scored to date
+    (the last run's that this one keeps, and its own), written beside a table output
+    under ``_scoring_inputs/<run>.json`` before the commit that names it: an incremental
+    run compares the folder with it (a table's log records a versioned input's version,
+    not a folder's files).  An interrupted run's rerun writes it again."""
+    if extra.get("input_snapshot") is not None:
+        return extra
+    kept: list[Entry | InputRecord] = list(carried.fragments) if carried is not None else []
+    records = [asdict(InputRecord(f.relpath, f.input, f.fingerprint, f.rows))
+               for f in [*kept, *fragments]]  # fmt: skip
+    name = f"{INPUTS}/{run}.json"
+    journal.fs.makedirs(f"{journal.root}/{INPUTS}", exist_ok=True)
+    journal.write_whole(f"{journal.root}/{name}", json.dumps(records).encode())
+    return {**extra, "inputs": name}
+
+
+def recorded_inputs(journal: Journal, name: str | None) -> list[InputRecord]:
+    """The input files a run of a Parquet folder recorded (:func:`recording`)."""
+    if not name:
+        return []
+    path = f"{journal.root}/{name}"
+    return [InputRecord(**r) for r in json.loads(journal.fs.cat_file(path))]
+
+
+def forget_inputs(journal: Journal, *, keep: str | None, run: str | None = None) -> None:
+    """Earlier runs' input records once the last commit names ``keep``'s; or ``run``'s
+    only (an interrupted run's, never committed)."""
+    for path in journal.fs.glob(f"{journal.root}/{INPUTS}/*.json"):
+        name = path.rsplit("/", 1)[-1][: -len(".json")]
+        if (run is not None and name == run) or (run is None and name != keep):
+            journal.fs.rm_file(path)

@@ -29,7 +29,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
@@ -43,15 +42,24 @@ from ._delta_merge import merge, merge_source
 from ._files import exists
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
-from ._publish import Publication, begin, engine_dir, place, recorded, take, written
+from ._publish import (
+    Publication,
+    begin,
+    engine_dir,
+    forget_inputs,
+    place,
+    recorded,
+    recorded_inputs,
+    recording,
+    take,
+    written,
+)
 from ._staging import LEGACY_RECORDS
 from .errors import ConfigError, DependencyError, OutputError, cause_line
 
 __all__ = ["MODES", "DeltaPublisher", "open_delta"]
 
 MODES = ("error", "append", "overwrite", "overwrite_partitions")
-#: Where a Parquet folder input's files scored to date are recorded, beside the table.
-INPUTS = "_scoring_inputs"
 log = logging.getLogger("scoring.output")
 
 
@@ -159,44 +167,12 @@ class DeltaPublisher:
             job_key=str(commit["scoring.job_key"]), job={"model_sha256": sha256} if sha256 else {},
             metadata={k: str(v) for k, v in commit.items() if k.startswith("scoring.")},
             committed_at=str(commit.get("scoring.committed_at", "")),
-            rows=int(commit.get("scoring.rows", 0)), fragments=self._inputs(inputs), files=[],
+            rows=int(commit.get("scoring.rows", 0)), files=[],
+            fragments=recorded_inputs(self.journal, inputs),
             input_snapshot=None if version is None else {"format": "delta",
                                                          "version": int(version)},
             input=commit.get("scoring.input"), run=commit.get("scoring.run"),
         )  # fmt: skip
-
-    def _inputs(self, name: str | None) -> list[InputRecord]:
-        """The input files a run of a Parquet folder recorded (:meth:`_recording`)."""
-        if not name:
-            return []
-        path = f"{self.journal.root}/{name}"
-        return [InputRecord(**r) for r in json.loads(self.journal.fs.cat_file(path))]
-
-    def _recording(
-        self, fragments: Sequence[Entry | InputRecord], extra: dict[str, Any]
-    ) -> dict[str, Any]:
-        """``extra`` naming, for a Parquet folder input, every input file scored to date
-        (the last run's that this one keeps, and its own), written beside the table under
-        ``_scoring_inputs/`` before the commit that names it: an incremental run compares
-        the folder with it (a table's log records a Delta input's versions, not a
-        folder's files).  An interrupted run's rerun writes it again."""
-        if extra.get("input_snapshot") is not None:
-            return extra
-        carried: list[Entry | InputRecord] = (
-            list(self.carried.fragments) if self.carried is not None else []
-        )
-        records = [asdict(InputRecord(f.relpath, f.input, f.fingerprint, f.rows))
-                   for f in [*carried, *fragments]]  # fmt: skip
-        name = f"{INPUTS}/{self.run_id}.json"
-        self.journal.fs.makedirs(f"{self.journal.root}/{INPUTS}", exist_ok=True)
-        self.journal.write_whole(f"{self.journal.root}/{name}", json.dumps(records).encode())
-        return {**extra, "inputs": name}
-
-    def _forget_inputs(self) -> None:
-        """Earlier runs' input records: the last commit names this run's."""
-        for path in self.journal.fs.glob(f"{self.journal.root}/{INPUTS}/*.json"):
-            if not path.endswith(f"/{self.run_id}.json"):
-                self.journal.fs.rm_file(path)
 
     @staticmethod
     def _last_run(table: Any) -> dict[str, Any] | None:
@@ -205,6 +181,9 @@ class DeltaPublisher:
     def present(self) -> None:
         """A table's files are its log's to say: nothing to list."""
         return None
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """delta-rs checks the schema in the commit itself (and names the column)."""
 
     def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
         """An incremental run's mode: a full run replaces the table's rows (it is this
@@ -229,9 +208,8 @@ class DeltaPublisher:
             folder = f"{self.journal.root}/scoring-{record['run']}"
             if exists(fs, folder) and not self._committed(str(record["run"])):
                 fs.rm(folder, recursive=True)
-            inputs = f"{self.journal.root}/{INPUTS}/{record['run']}.json"
-            if exists(fs, inputs) and not self._committed(str(record["run"])):
-                fs.rm_file(inputs)
+            if not self._committed(str(record["run"])):
+                forget_inputs(self.journal, keep=None, run=str(record["run"]))
         self.journal.clear()
 
     def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
@@ -260,7 +238,7 @@ class DeltaPublisher:
         publication = begin(journal, self.on_step)
         publication.phase = "committing"  # what a stopped command says
         entries = sorted(entries, key=lambda e: e.relpath)
-        extra = self._recording(entries, extra)
+        extra = recording(journal, self.run_id, self.carried, entries, extra)
         if self.mode == "merge":  # delta-rs writes the merged files itself
             paths = [journal.where(e) or f"{journal.staging}/{e.output}" for e in entries]
             files = [FileRecord(e.output, e.rows, e.sha256, e.bytes) for e in entries]
@@ -285,7 +263,7 @@ class DeltaPublisher:
         publication = begin(journal, self.on_step)
         publication.phase = "committing"
         inputs = [InputRecord(f.relpath, f.path, f.fingerprint, f.rows) for f in fragments]
-        extra = self._recording(inputs, extra)
+        extra = recording(journal, self.run_id, self.carried, inputs, extra)
         if self.mode == "merge":
             source = engine_dir(journal)
             paths = written(journal, source, prefix)
@@ -309,7 +287,7 @@ class DeltaPublisher:
         rows = sum(f.rows for f in files)
         publication.phase = "published"
         publication.step("committed the new table version")
-        self._forget_inputs()
+        forget_inputs(self.journal, keep=self.run_id)
         self.journal.clear()
         return Manifest(job_key=self.journal.job_key, job=self.journal.job, committed_at=_now(),
                         rows=rows, fragments=fragments, files=files,
@@ -330,7 +308,7 @@ class DeltaPublisher:
             metadata["scoring.input_version"] = extra["input_snapshot"]["version"]
         if extra.get("input"):
             metadata["scoring.input"] = extra["input"]
-        if extra.get("inputs"):  # a folder input's files scored to date (_recording)
+        if extra.get("inputs"):  # a folder input's files scored to date
             metadata["scoring.inputs"] = extra["inputs"]
         return CommitProperties(
             custom_metadata=metadata,

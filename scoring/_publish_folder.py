@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from ._changes import INCREMENTAL, Changes
@@ -161,6 +162,9 @@ class FolderPublisher:
             return manifest
         restored = {name.removeprefix(f"{PREVIOUS}/") for name in aside}
         return manifest.restored(restored)
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """A folder takes any schema (its manifest says which run wrote it)."""
 
     def present(self) -> dict[str, int]:
         """The output's files (staging left out) and their sizes, in one listing."""

@@ -21,6 +21,7 @@ from pydantic import InstanceOf, StrictBool, StrictInt, StrictStr, TypeAdapter, 
 
 from ._dataset import InputDataset, without_delta_prefix
 from ._drift import Profile
+from ._iceberg import is_iceberg
 from .errors import ConfigError
 
 __all__ = ["DEPRECATED", "Input", "Output", "RunOptions", "specs_of", "validated"]
@@ -84,9 +85,11 @@ class Output(_Located):
     @property
     def kind(self) -> str:
         """The format, as asked or as the location says."""
-        return self.format or (
-            "delta" if without_delta_prefix(str(self.location))[1] else "parquet"
-        )
+        if self.format:
+            return self.format
+        if is_iceberg(self.location):
+            return "iceberg"
+        return "delta" if without_delta_prefix(str(self.location))[1] else "parquet"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._changes import Incremental
 from .._dataset import InputDataset, open_input
+from .._iceberg import storage_url
 from .._lease import OutputLease
 from .._progress import RunProgress
 from .._registry import ModelStore, root_url
@@ -124,7 +125,7 @@ def score_parquet(
             if source_spec.incremental
             else None
         )
-        lease = OutputLease(str(output))
+        lease = OutputLease(str(output), location=storage_url(str(output)))
         try:
             planned = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                                verify=watch.verify, engine=runner, device=device,

@@ -429,7 +429,8 @@ def plan_run(
                                output_format=output_format,
                                own_committer=bool(engine.engine_files))  # fmt: skip
     schema = trial.schema.with_metadata(model.output_metadata())
-    schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
+    if output_format == "delta":  # a Delta table's files leave them to key=value folders
+        schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
     if incremental is not None:
         check_incremental(output_format=output_format, mode=mode, key=incremental.key,
                           keep=keep, on_changed=incremental.on_changed)  # fmt: skip
@@ -448,6 +449,8 @@ def plan_run(
                               on_step=hooks.on_publish_step)  # fmt: skip
     data = pinned(data, publisher)
     complete = publisher.check_target(data.fragments)
+    if not complete:
+        publisher.check_schema(schema)
     if data.snapshot is not None and not complete:  # for this run's own rerun
         publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
     changes = None if incremental is None else Changes("none", "", input_rows=data.rows)
@@ -560,7 +563,7 @@ def report(
     meta = scored.metadata if scored is not None else {}
     result = ScoreReport(
         input=run.plan.data.url,
-        output=run.plan.journal.url,
+        output=run.publisher.url if run.publisher is not None else run.plan.journal.url,
         engine=engine,
         rows=rows,
         rows_skipped=sum(e.rows for e in run.done.values()),

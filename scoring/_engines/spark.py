@@ -31,7 +31,7 @@ from .._drift import Counts, merge
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
 from .._publish import engine_dir
-from ..errors import DependencyError, translated
+from ..errors import DependencyError, InputError, translated
 from .base import (
     ModelSource,
     Run,
@@ -210,6 +210,12 @@ class SparkEngine:
         """Score every input file into the output (not yet published)."""
         if not run.todo:  # an incremental run with rows to remove only
             return Scored(None, {}, run.model.output_metadata())
+        if run.plan.data.deleted:  # Spark reads the files itself, deleted rows included
+            raise InputError(
+                f"input {run.plan.data.url!r} has position deletes, which Spark's Parquet "
+                "reader does not apply; score it with the local or Ray engine, or compact "
+                "the table (rewrite_data_files) first"
+            )
         spark = local_session(options.master or "local[*]", conf=options.conf)
         plan = run.plan
         files = [hadoop_url(plan.data.fs.unstrip_protocol(f.path)) for f in plan.data.fragments]

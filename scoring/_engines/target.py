@@ -13,9 +13,11 @@ import fsspec
 import pyarrow as pa
 
 from .._dataset import InputDataset, glob_base, open_input
+from .._iceberg import is_iceberg, storage_url
 from .._publish import Publisher
 from .._publish_delta import open_delta
 from .._publish_folder import open_folder
+from .._publish_iceberg import open_iceberg
 from ..errors import ConfigError, OutputError, ScoringError
 
 __all__ = [
@@ -24,7 +26,9 @@ __all__ = [
 
 
 #: Every output format's publisher, by the name a job gives it (``format``).
-PUBLISHERS: dict[str, Callable[..., Publisher]] = {"parquet": open_folder, "delta": open_delta}
+PUBLISHERS: dict[str, Callable[..., Publisher]] = {
+    "parquet": open_folder, "delta": open_delta, "iceberg": open_iceberg,
+}  # fmt: skip
 
 
 def publisher_for(
@@ -56,20 +60,29 @@ def partitions_of(
         )
     if not columns:
         return {}
-    if output_format != "delta":
+    if output_format not in ("delta", "iceberg"):
         raise ConfigError(
-            "partition_by needs a Delta output (format delta): a Parquet output keeps its "
-            "input's key=value folders as they are"
+            "partition_by needs a table output (format delta or iceberg): a Parquet output "
+            "keeps its input's key=value folders as they are"
+        )
+    if output_format == "iceberg" and own_committer:
+        raise ConfigError(
+            "partition_by of an Iceberg output: the Spark engine's files mix partitions, "
+            "which an Iceberg partition cannot hold; use the local or Ray engine, or drop "
+            "partition_by"
         )
     for column in columns:
         if column not in keep:
             raise ConfigError(f"partition_by {column!r} must be a kept column (add it to keep)")
         if own_committer:  # Spark partitions its write by value: any kept column will do
             continue
+        if column in data.file_partitions:  # one value per file: an Iceberg partition's
+            continue
         if column not in data.partition_columns:
             raise ConfigError(
-                f"partition_by {column!r} must partition the input (key=value folders or "
-                f"a Delta table's partitions; the input's are {data.partition_columns or 'none'})"
+                f"partition_by {column!r} must partition the input (key=value folders, or "
+                "a Delta or Iceberg table's identity partitions; the input's are "
+                f"{[*data.partition_columns, *data.file_partitions] or 'none'})"
             )
         unnamed = [f.relpath for f in data.fragments if f"{column}=" not in f.relpath]
         if unnamed:
@@ -103,7 +116,8 @@ def output_failures(output: str) -> Iterator[None]:
         yield
     except OSError as exc:
         path = str(exc.filename or "")
-        root = fsspec.core.url_to_fs(output)[1].rstrip("/")
+        where = output if not is_iceberg(output) else storage_url(output)
+        root = fsspec.core.url_to_fs(where)[1].rstrip("/")
         if isinstance(exc, ScoringError) or not path or not path.startswith(root):
             raise
         raise OutputError(
@@ -115,7 +129,8 @@ def output_failures(output: str) -> Iterator[None]:
 def check_apart(input_url: str, output_url: str) -> None:
     """An output inside the input (or the reverse) would be read back as input: compared
     as the filesystem sees them (relative, ``./``, ``file://``; a glob by its folder)."""
-    (fs_a, a), (fs_b, b) = (fsspec.core.url_to_fs(str(u)) for u in (input_url, output_url))
+    urls = (storage_url(u) for u in (input_url, output_url))  # an Iceberg table's location
+    (fs_a, a), (fs_b, b) = (fsspec.core.url_to_fs(u) for u in urls)
     a, b = (glob_base(p).rstrip("/") + "/" for p in (a, b))
     if fs_a.protocol == fs_b.protocol and (a.startswith(b) or b.startswith(a)):
         raise ConfigError(

@@ -20,6 +20,7 @@ from typing import Any
 import fsspec
 
 from .._engines import ScoreReport
+from .._iceberg import storage_url
 from .._manifest import MANIFEST, Manifest
 from .._version import __version__
 from ._checks import RunChecks
@@ -125,7 +126,7 @@ def _resources(cpu_since: float) -> dict[str, float]:
 def write_report(spec: JobSpec, plan: Plan, report: ScoreReport, **facts: Any) -> list[str]:
     """Write both files into the output directory; returns their paths.  A rerun that
     found the job complete keeps the report of the run that did the work."""
-    fs, root = fsspec.core.url_to_fs(report.output)
+    fs, root = fsspec.core.url_to_fs(storage_url(report.output))  # an Iceberg table's location
     root = root.rstrip("/")
     paths = [f"{root}/{REPORT_JSON}", f"{root}/{REPORT_HTML}"]
     if report.already_complete and all(fs.exists(p) for p in paths):
@@ -153,7 +154,7 @@ def write_failure_report(
     published): the error, the files the run's journal holds and what a rerun does with
     them, and the checks when they stopped it.  A later successful run replaces it.  An
     output already published keeps its own run's report: nothing is written, ``[]``."""
-    fs, root = fsspec.core.url_to_fs(spec.output)
+    fs, root = fsspec.core.url_to_fs(storage_url(spec.output))
     root = root.rstrip("/")
     if fs.exists(f"{root}/_SUCCESS"):
         return []

@@ -84,6 +84,7 @@ from pydantic import (
 from .._dataset import DELTA
 from .._engines import ENGINES
 from .._explanations import canonical, parse
+from .._iceberg import is_iceberg
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
 from ..errors import ConfigError, JobFileError
@@ -163,7 +164,7 @@ class JobSpec(_EngineTables):
     models: list[ModelEntry | str] = Field(default_factory=list)
     input: str
     output: str
-    format: Literal["parquet", "delta"] = "parquet"  # of the output
+    format: Literal["parquet", "delta", "iceberg"] = "parquet"  # of the output
     mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
     partition_by: list[str] = Field(default_factory=list)  # a Delta output's
     input_version: int | str | None = None  # a Delta input's version, or an ISO 8601 time
@@ -212,10 +213,13 @@ class JobSpec(_EngineTables):
     @classmethod
     def _delta_prefixes(cls, data: Any) -> Any:
         """``output = "delta:..."`` is ``format = "delta"``; an input needs no prefix (a
-        Delta table is known by its log)."""
+        Delta table is known by its log).  ``output = "iceberg:..."`` is ``format =
+        "iceberg"`` (the prefix stays: it names a table in a catalog, not a path)."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if isinstance(data.get("output"), str) and is_iceberg(data["output"]):
+            data.setdefault("format", "iceberg")
         for key in ("input", "output"):
             if isinstance(data.get(key), str) and data[key].startswith(DELTA):
                 data[key] = data[key][len(DELTA) :]
@@ -336,7 +340,7 @@ def _anchored(spec: JobSpec, file: Path) -> JobSpec:
     update = {}
     for key in _PATHS:
         value = getattr(spec, key)
-        if value is None or "://" in value:
+        if value is None or "://" in value or is_iceberg(value):
             continue
         path = os.path.normpath(here / os.path.expanduser(value))  # an absolute one stays
         update[key] = path + "/" if value.endswith("/") else path
