@@ -84,9 +84,14 @@ def score(
         "input columns holds, e.g. --where \"churn=region = 'EU'\" (repeatable)",
     ),
     input: str = typer.Option(
-        ..., "--input", help="Parquet file, directory, glob or URL, or a Delta table"
+        ...,
+        "--input",
+        help="Parquet file, directory, glob or URL, a Delta table, or an Iceberg table "
+        "(iceberg:CATALOG.NAMESPACE.TABLE)",
     ),
-    output: str = typer.Option(..., "--output", help="output directory or URL"),
+    output: str = typer.Option(
+        ..., "--output", help="output directory or URL, delta:URL, or iceberg:CATALOG.NS.TABLE"
+    ),
     keep: str = typer.Option("", help="input columns to copy to the output: col,col"),
     outputs: str = typer.Option(
         "default",
@@ -117,27 +122,30 @@ def score(
     ),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
     output_format: str = typer.Option(
-        "parquet", "--format", help="parquet, or delta: the output a Delta Lake table"
+        "parquet",
+        "--format",
+        help="parquet, delta or iceberg: the output a folder, a Delta table or an Iceberg table",
     ),
     mode: str | None = typer.Option(
         None,
-        help="a Delta output that exists: error (default), append, overwrite, or "
+        help="a Delta or Iceberg output that exists: error (default), append, overwrite, or "
         "overwrite_partitions (only the partitions this run writes)",
     ),
     partition_by: str | None = typer.Option(
         None,
-        help="a Delta output's partition columns (comma-separated): kept columns that "
-        "partition the input, e.g. date",
+        help="a Delta or Iceberg output's partition columns (comma-separated): kept columns "
+        "that partition the input, e.g. date",
     ),
     input_version: str | None = typer.Option(
         None,
-        help="a Delta table input: read this version, or the one current at an ISO 8601 "
-        "time (default: the latest)",
+        help="a Delta table input: read this version (an Iceberg table's: this snapshot id), "
+        "or the one current at an ISO 8601 time (default: the latest)",
     ),
     incremental: bool = typer.Option(
         False,
         help="score only what changed since the output's last run of this job (new files; "
-        "a Delta table's changes since the version it read) and add it to that output",
+        "a Delta table's changes, an Iceberg table's appended snapshots, since the version "
+        "it read) and add it to that output",
     ),
     on_changed: str = typer.Option(
         "refuse",

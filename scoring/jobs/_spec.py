@@ -8,11 +8,13 @@
     #           {model = "churn_eu@3", prefix = "eu", where = "region = 'EU'"}]
     input = "/data/features/${RUN_DATE}/"      # ${VAR} from the environment (unset: error)
     output = "/data/scores/${RUN_DATE}/"
-    # input_version = 42                        # a Delta table input: that version
-    # format = "delta"                          # the output a Delta table (or delta:URL)
-    # mode = "append"                           # Delta: error (default) | append | overwrite
+    # input = "iceberg:lake.sales.features"    # an Iceberg table, through its catalog
+    # input_version = 42                        # a Delta table's version, Iceberg snapshot id
+    # format = "delta"                          # the output a Delta table (or delta:URL;
+    #                                           #   output = "iceberg:lake.sales.scores")
+    # mode = "append"                           # tables: error (default) | append | overwrite
     #                                           #   | overwrite_partitions (those it writes)
-    # partition_by = ["date"]                   # Delta: kept columns partitioning the input
+    # partition_by = ["date"]                   # tables: kept columns partitioning the input
     # incremental = true                        # only what changed since the last run
     # on_changed = "rescore"                    #   a changed input file: refuse (default)
     # key = ["customer_id"]                     #   Delta output: merged on it (updates,
@@ -166,8 +168,8 @@ class JobSpec(_EngineTables):
     output: str
     format: Literal["parquet", "delta", "iceberg"] = "parquet"  # of the output
     mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
-    partition_by: list[str] = Field(default_factory=list)  # a Delta output's
-    input_version: int | str | None = None  # a Delta input's version, or an ISO 8601 time
+    partition_by: list[str] = Field(default_factory=list)  # a Delta or Iceberg output's
+    input_version: int | str | None = None  # a table input's version or snapshot, or a time
     incremental: bool = False  # score only what changed since the output's last run
     on_changed: Literal["refuse", "rescore"] = "refuse"  # an input file changed or gone
     key: list[str] = Field(default_factory=list)  # a Delta output's row key (merge)
