@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,7 @@ from scoring.cli import app
 pytest.importorskip("pyiceberg", reason="the iceberg extra is not installed")
 runner = CliRunner()
 ROWS = 1200
+DOCS = Path(__file__).parents[1] / "docs" / "iceberg.md"
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +127,11 @@ def test_input_snapshot_is_pinned_current_by_id_or_by_time_and_recorded(
         manifest = json.loads((out / "_scoring_manifest.json").read_text())
         assert manifest["input_snapshot"] == {"format": "iceberg", "version": first.snapshot_id}
 
+    metadata = catalog.load_table("sales.features").metadata_location  # no catalog needed
+    report = scoring.score_parquet(f"iceberg:{metadata}", tmp_path / "static", str(path),
+                                   keep=["id"], progress=False)  # fmt: skip
+    assert report.rows == ROWS
+
     said = runner.invoke(app, ["score", "--model", str(path), "--input",
                                "iceberg:lab.sales.features", "--input-version", "2001-01-01",
                                "--output", str(tmp_path / "never")])  # fmt: skip
@@ -186,6 +193,12 @@ def test_a_schema_the_table_cannot_take_is_refused_by_column_before_writing(
     catalog.create_table("sales.other", schema=pa.schema([("id", pa.int64())]))
     said = runner.invoke(app, [*command[:-3], "iceberg:lab.sales.other", "--mode", "append"])
     assert said.exit_code == 1 and "has no column 'probability'" in said.stderr, said.output
+    # A table created empty ahead of the run, with the run's columns: mode error writes it.
+    ready = pa.schema([("id", pa.int64()), ("probability", pa.float64()), ("label", pa.int64())])
+    catalog.create_table("sales.ready", schema=ready)
+    said = runner.invoke(app, [*command[:-3], "iceberg:lab.sales.ready"])
+    assert said.exit_code == 0, said.output
+    assert len(_read(catalog, "ready")) == ROWS
 
 
 #: The ``scoring`` command, held at the given occurrence of a point (a file journaled,
@@ -257,6 +270,38 @@ def test_killed_anywhere_the_rerun_adds_every_row_once_in_one_snapshot(
     assert list(rows["id"]) == [-1, *range(ROWS)], "every input row exactly once"
     np.testing.assert_allclose(rows["probability"][1:], _expected(clf, X), rtol=1e-6)
     assert not Path(table.location().removeprefix("file://"), "_temporary").exists()
+
+
+@pytest.mark.parametrize(
+    "point", ["journaled a file", "placed a new file", "committed the new table snapshot"]
+)
+def test_a_rerun_with_another_mode_after_a_kill_commits_once_with_its_own(
+    catalog: Any, model: tuple[Path, Any, pd.DataFrame], point: str
+) -> None:
+    """Killed in mode append, rerun in mode overwrite: the staged files are resumed and
+    committed once with the rerun's mode; killed after the commit, nothing is redone."""
+    path, clf, X = model
+    _table(catalog, "features", X, appends=2)
+    earlier = pa.table({"id": [-1], "probability": [0.5], "label": [0], "region": ["none"]})
+    catalog.create_table("sales.scores", schema=earlier.schema).append(earlier)
+    command = ["score", "--model", str(path), "--input", "iceberg:lab.sales.features",
+               "--keep", "id,region", "--output", "iceberg:lab.sales.scores"]  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", HELD_AT, point, "1", *command, "--mode", "append"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.readline() == "held\n", child.communicate()[1][-2000:]
+    child.kill()
+    child.communicate()
+    rerun = runner.invoke(app, [*command, "--mode", "overwrite"])
+    assert rerun.exit_code == 0, rerun.output
+    table = catalog.load_table("sales.scores")
+    assert len(table.snapshots()) == 2, "one snapshot for the run, whichever process made it"
+    rows = _read(catalog, "scores")
+    committed = point == "committed the new table snapshot"
+    assert list(rows["id"]) == ([-1] if committed else []) + list(range(ROWS))
+    np.testing.assert_allclose(rows["probability"][-ROWS:], _expected(clf, X), rtol=1e-6)
 
 
 def test_readers_see_the_previous_snapshot_at_every_step(
@@ -464,17 +509,20 @@ def test_iceberg_in_and_out_on_s3(
     assert lake.load_table("sales.scores").location().startswith(s3_bucket)
 
 
-def test_a_job_file_reads_and_writes_iceberg(
+def test_the_docs_job_file_reads_and_writes_iceberg(
     catalog: Any, tmp_path: Path, model: tuple[Path, Any, pd.DataFrame]
 ) -> None:
+    """docs/iceberg.md's job file, run twice as written (its catalog, model and key
+    column this test's): one snapshot per run, each recording the input snapshot read."""
     path, _, X = model
     source = _table(catalog, "features", X.iloc[:600])
+    text = re.search(r"```toml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert text is not None
     job = tmp_path / "job.toml"
     job.write_text(
-        f'name = "iceberg-job"\nmodel = "{path}"\ninput = "iceberg:lab.sales.features"\n'
-        'output = "iceberg:lab.sales.scores"\nmode = "append"\nkeep = ["id"]\n'
-        f'registry = "{tmp_path / "home"}"\n'
-    )
+        text.group(1).replace("iceberg:lake.", "iceberg:lab.").replace("customer_id", "id")
+        .replace('"churn@production"', f'"{path}"') + f'registry = "{tmp_path / "home"}"\n'
+    )  # fmt: skip
     for run in range(2):
         result = runner.invoke(app, ["run", str(job)])
         assert result.exit_code == 0, result.output
@@ -484,6 +532,8 @@ def test_a_job_file_reads_and_writes_iceberg(
         assert pinned == str(catalog.load_table("sales.features").current_snapshot().snapshot_id)
         source.append(pa.Table.from_pandas(X.iloc[600:900], preserve_index=False))
     assert len(_read(catalog, "scores")) == 600 + 900
+    assert [f.name for f in table.spec().fields] == ["region"]
+    assert Path(table.location().removeprefix("file://"), "_scoring_report.json").exists()
 
 
 def test_incremental_runs_follow_appended_snapshots_and_refuse_other_ones(

@@ -74,6 +74,7 @@ RUN = [
     "import deltalake\nimport pandas as pd",
     "scoring score --model churn@production --input features_delta/",
     "events = pd.read_parquet(",
+    "scoring score --model churn@production --input iceberg:lake.sales.features",
 ]
 
 
@@ -203,3 +204,23 @@ def test_delta_examples(lake: Path) -> None:
     assert namespace["report"].changes["deleted"] == 100
     scores = deltalake.DeltaTable("scores_nightly").to_pandas()
     assert len(scores) == 2900 and scores.customer_id.min() == 100
+
+
+def test_iceberg_example(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catalog ``lake`` set up as docs/iceberg.md's environment variables do, on SQLite
+    and a local warehouse, holding ``sales.features`` (the examples' ``features/``)."""
+    pytest.importorskip("pyiceberg")
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog import load_catalog
+
+    settings = {"TYPE": "sql", "URI": f"sqlite:///{lake}/catalog.db",
+                "WAREHOUSE": f"file://{lake}/warehouse"}  # fmt: skip
+    for key, value in settings.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
+    catalog = load_catalog("lake", **{k.lower(): v for k, v in settings.items()})
+    catalog.create_namespace("sales")
+    features = pq.read_table(lake / "features")
+    catalog.create_table("sales.features", schema=features.schema).append(features)
+    _sh(block(RUN[10]), lake)
+    table = catalog.load_table("sales.scores")
+    assert len(table.snapshots()) == 1 and len(table.scan().to_arrow()) == 3000

@@ -111,7 +111,8 @@ def score_parquet(
     if not runner.local:
         check_outside_process(engine, source_url, str(output))
     registry_url = [] if isinstance(registry, ModelStore) else [root_url(registry)]
-    stores = store_config(storage_options, [source_url, str(output), *registry_url])
+    located = [storage_url(source_url), storage_url(str(output))]  # an Iceberg table's files
+    stores = store_config(storage_options, [*located, *registry_url])
     with configured(stores), output_failures(str(output)):
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                strategy=strategy, local=runner.local)  # fmt: skip

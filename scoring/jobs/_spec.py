@@ -86,7 +86,7 @@ from pydantic import (
 from .._dataset import DELTA
 from .._engines import ENGINES
 from .._explanations import canonical, parse
-from .._iceberg import is_iceberg
+from .._iceberg import is_iceberg, storage_url
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
 from ..errors import ConfigError, JobFileError
@@ -298,7 +298,7 @@ class JobSpec(_EngineTables):
 
     def stores(self) -> StoreConfig:
         """fsspec's options for the job's object stores (its ``[storage_options]``)."""
-        urls = [self.input, self.output, root_url(self.registry)]
+        urls = [storage_url(self.input), storage_url(self.output), root_url(self.registry)]
         return store_config(self.storage_options, urls)
 
     def engine_options(self) -> dict[str, Any]:
