@@ -1,4 +1,5 @@
-"""``scoring models register|list|show|alias|export|verify``: the registry from the shell."""
+"""``scoring models register|list|show|alias|export|verify|apply``: the registry from
+the shell (``apply``: models as code, :mod:`scoring._declared`)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,32 @@ def verify(
         print(_describe(mv, check))
     if not mv.verified:
         raise fail("models verify", f"{mv.ref} failed parity verification")
+
+
+@models_app.command()
+def apply(
+    folder: Path = typer.Argument(
+        Path("models"), help="folder of model files (*.toml), one per registered model"
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the changes, make none"),
+    mlflow_uri: str | None = MLFLOW_URI_OPTION,
+    registry: str | None = REGISTRY_OPTION,
+    registry_db: str | None = REGISTRY_DB_OPTION,
+    storage_option: list[str] = STORAGE_OPTION,
+) -> None:
+    """Register and move aliases so that the registry matches FOLDER's model files;
+    a second apply changes nothing.  Prints each change (with --dry-run: each it would
+    make)."""
+    use_mlflow(mlflow_uri)
+    made = 0
+    with reported("models apply"):
+        from .._declared import changes, declared
+
+        entries = declared(folder)
+        reg = _registry("apply", registry, registry_db, storage_option)
+        for change in changes(reg, entries, dry_run=dry_run):  # printed as each is made
+            print(f"{'would ' if dry_run else ''}{change}", flush=True)
+            made += 1
+    verb = "would make" if dry_run else "made"
+    messages.print(f"{made} change(s) {verb}; {len(entries)} model file(s) in {folder}"
+                   + ("" if made else ": the registry matches them"))  # fmt: skip

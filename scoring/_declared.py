@@ -1,0 +1,207 @@
+"""Models as code: a folder of TOML files (``models/``), one per registered model, and
+the changes that make a registry match them (``scoring models apply``).
+
+::
+
+    name = "churn"
+    source = "../examples/models/churn.ubj"   # a model file, or models:/churn@champion
+    sample = "../examples/models/churn-sample.parquet"  # verified on; the drift reference
+    aliases = ["production"]
+    tags = { team = "growth" }
+    description = "monthly churn, XGBoost"
+
+Relative paths are read from the file's folder.  Applying a file registers its source
+unless a version of its name already holds the same model (the same canonical bytes,
+compared by sha256), so a second apply changes nothing; then each alias it names points
+at that version (the verification gate still decides: an alias is never moved to a
+version that failed it), aliases of that model it no longer names are removed, and its
+tags are set on that version.  Models the files do not name are left as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._bundle import sha256_hex
+from ._catalog import Registry
+from ._frameworks import dump_model, import_model, is_mlflow_ref, load_mlflow_model, model_object
+from .errors import ConfigError, JobFileError, ModelNotFoundError, VerificationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Change", "Declared", "apply", "changes", "declared", "plan"]
+
+
+class Declared(BaseModel):
+    """One file of ``models/``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    source: str  # a model file (relative to the file) or an MLflow reference
+    sample: str | None = None  # Parquet rows to verify on (relative to the file)
+    aliases: list[str] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+    trusted: bool = False  # a pickle file: its code runs on load
+    file: str = ""  # where it was read (set by :func:`declared`)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change that makes the registry match the files."""
+
+    model: str
+    action: str  # register | alias | unalias | tag
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.action} {self.detail}"
+
+
+def declared(folder: str | os.PathLike[str]) -> list[Declared]:
+    """Every ``*.toml`` of ``folder``, validated, relative paths read from it; a name
+    declared twice is refused naming both files."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise ConfigError(f"models folder {str(root)!r} does not exist")
+    found: dict[str, Declared] = {}
+    for path in sorted(root.glob("*.toml")):
+        entry = _read(path)
+        if entry.name in found:
+            raise JobFileError(
+                f"model {entry.name!r} is declared twice: {found[entry.name].file!r} and "
+                f"{str(path)!r}; keep one"
+            )
+        found[entry.name] = entry
+    if not found:
+        raise ConfigError(f"models folder {str(root)!r} holds no *.toml file")
+    return list(found.values())
+
+
+def _read(path: Path) -> Declared:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError(f"model file {str(path)!r} is not valid TOML: {exc}") from None
+    try:
+        entry = Declared.model_validate({**data, "file": str(path)})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise JobFileError(f"model file {str(path)!r}, key {key!r}: {reason}") from None
+    here = path.absolute().parent
+    update: dict[str, Any] = {}
+    if not is_mlflow_ref(entry.source) and "://" not in entry.source:
+        update["source"] = str(here / os.path.expanduser(entry.source))
+    if entry.sample is not None and "://" not in entry.sample:
+        update["sample"] = str(here / os.path.expanduser(entry.sample))
+    return entry.model_copy(update=update)
+
+
+def changes(registry: Registry, entries: list[Declared], *, dry_run: bool) -> Iterator[Change]:
+    """Each change that makes the registry match ``entries``, made as it is yielded
+    (``dry_run``: none made).  An alias the verification gate refuses stops it with
+    that error, after the changes before it (each is whole: a rerun goes on from
+    there)."""
+    for entry in entries:
+        yield from _changes(registry, entry, dry_run=dry_run)
+
+
+def plan(registry: Registry, entries: list[Declared]) -> list[Change]:
+    """The changes :func:`apply` would make, none made."""
+    return list(changes(registry, entries, dry_run=True))
+
+
+def apply(registry: Registry, entries: list[Declared]) -> list[Change]:
+    """Make the registry match ``entries``; the changes made."""
+    return list(changes(registry, entries, dry_run=False))
+
+
+def _changes(registry: Registry, entry: Declared, *, dry_run: bool) -> Iterator[Change]:
+    sha256 = _canonical(entry)
+    version = _holding(registry, entry.name, sha256)
+    if version is None:
+        yield Change(entry.name, "register", f"{_short(entry.source)} (sha256 {sha256[:12]})")
+        if dry_run:
+            version = -1  # the version the register makes; aliases and tags follow it
+        else:
+            mv = registry.register(entry.name, entry.source, sample=entry.sample, tags=entry.tags,
+                                   description=entry.description,
+                                   trusted=entry.trusted)  # fmt: skip
+            version = mv.version
+    shown = "the new version" if version < 0 else f"version {version}"
+    current = _aliases(registry, entry.name)
+    for alias in entry.aliases:
+        if current.get(alias) == version:
+            continue
+        yield Change(entry.name, "alias", f"{alias} -> {shown}")
+        if not dry_run:
+            _promote(registry, entry, alias, version)
+    for alias in sorted(set(current) - set(entry.aliases)):
+        yield Change(entry.name, "unalias", f"{alias} (was version {current[alias]})")
+        if not dry_run:
+            registry.delete_alias(entry.name, alias)
+    tags = {} if version < 0 else registry.get(entry.name, version=version).tags
+    for key, value in sorted(entry.tags.items()):
+        if version > 0 and tags.get(key) == value:
+            continue
+        if version < 0:
+            continue  # registered with its tags
+        yield Change(entry.name, "tag", f"{key}={value} on {shown}")
+        if not dry_run:
+            registry.set_tag(entry.name, key, value, version=version)
+
+
+def _promote(registry: Registry, entry: Declared, alias: str, version: int) -> None:
+    try:
+        registry.set_alias(entry.name, alias, version)
+    except VerificationError as exc:
+        raise VerificationError(
+            f"{entry.file}: {exc}; the alias {alias!r} stays where it was"
+        ) from None
+
+
+def _canonical(entry: Declared) -> str:
+    """The sha256 of the model's canonical bytes: what the registry stores and keys a
+    version by."""
+    source: Any = entry.source
+    if is_mlflow_ref(source):
+        source = load_mlflow_model(source, trusted=entry.trusted).model
+    elif not Path(source).exists():
+        raise ConfigError(f"{entry.file}: model source {entry.source!r} does not exist")
+    model = model_object(source, trusted=entry.trusted)
+    import_model(model)  # an unsupported model is refused before anything is stored
+    return sha256_hex(dump_model(model))
+
+
+def _holding(registry: Registry, name: str, sha256: str) -> int | None:
+    """The newest version of ``name`` holding those bytes, if any."""
+    try:
+        versions = registry.versions(name)
+    except ModelNotFoundError:
+        return None
+    held = [mv.version for mv in versions if mv.sha256 == sha256]
+    return max(held) if held else None
+
+
+def _aliases(registry: Registry, name: str) -> dict[str, int]:
+    try:
+        return {a: mv.version for mv in registry.versions(name) for a in mv.aliases}
+    except ModelNotFoundError:
+        return {}
+
+
+def _short(source: str) -> str:
+    return source if is_mlflow_ref(source) else os.path.relpath(source)
