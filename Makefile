@@ -57,9 +57,11 @@ $(STAMP): $(RUNTIME)
 demo: runtime
 	$(BIN)/scoring demo
 
-# The registry and input the job files in jobs/ read (../examples/ from each).
+# The registry and input the job files in jobs/ read (../examples/ from each); then the
+# models/ files applied to that registry, which already matches them (nothing changes).
 examples: runtime
 	$(BIN)/scoring examples examples
+	$(BIN)/scoring models apply models/ --registry examples/registry
 
 test: install
 	$(BIN)/ruff check scoring tests benchmarks

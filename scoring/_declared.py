@@ -10,7 +10,18 @@ the changes that make a registry match them (``scoring models apply``).
     tags = { team = "growth" }
     description = "monthly churn, XGBoost"
 
-Relative paths are read from the file's folder.  Applying a file registers its source
+A model with several live versions (a champion and a challenger) lists them instead,
+each with the same keys but ``name``::
+
+    name = "churn"
+    [[versions]]
+    source = "../examples/models/churn-1.ubj"
+    aliases = ["production"]
+    [[versions]]
+    source = "../examples/models/churn-2.ubj"
+    aliases = ["challenger"]
+
+Relative paths are read from the file's folder.  Applying a file registers each source
 unless a version of its name already holds the same model (the same canonical bytes,
 compared by sha256), so a second apply changes nothing; then each alias it names points
 at that version (the verification gate still decides: an alias is never moved to a
@@ -27,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._bundle import sha256_hex
 from ._catalog import Registry
@@ -39,22 +50,49 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Change", "Declared", "apply", "changes", "declared", "plan"]
+__all__ = ["Change", "Declared", "Version", "apply", "changes", "declared", "plan"]
 
 
-class Declared(BaseModel):
-    """One file of ``models/``."""
+class Version(BaseModel):
+    """One version a model file declares."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     source: str  # a model file (relative to the file) or an MLflow reference
     sample: str | None = None  # Parquet rows to verify on (relative to the file)
     aliases: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
     description: str = ""
     trusted: bool = False  # a pickle file: its code runs on load
+
+
+class Declared(BaseModel):
+    """One file of ``models/``: a model's name and its versions (one given at the top
+    level, or several under ``[[versions]]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    versions: list[Version] = Field(min_length=1)
     file: str = ""  # where it was read (set by :func:`declared`)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_version(cls, data: Any) -> Any:
+        """The top-level keys of a file declaring one version, as that version."""
+        if not isinstance(data, dict) or "versions" in data:
+            return data
+        fields = set(Version.model_fields)
+        version = {k: v for k, v in data.items() if k in fields}
+        return {**{k: v for k, v in data.items() if k not in fields}, "versions": [version]}
+
+    @model_validator(mode="after")
+    def _aliases_once(self) -> Declared:
+        named = [a for v in self.versions for a in v.aliases]
+        twice = next((a for a in named if named.count(a) > 1), None)
+        if twice is not None:
+            raise ValueError(f"alias {twice!r} is given to two versions; give it to one")
+        return self
 
 
 @dataclass(frozen=True)
@@ -98,16 +136,24 @@ def _read(path: Path) -> Declared:
         entry = Declared.model_validate({**data, "file": str(path)})
     except ValidationError as exc:
         first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        loc = list(first["loc"])
+        if "versions" not in data and loc[:2] == ["versions", 0]:
+            loc = loc[2:]  # a one-version file's keys are its top level
+        key = ".".join(str(p) for p in loc) or "(top level)"
         reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise JobFileError(f"model file {str(path)!r}, key {key!r}: {reason}") from None
     here = path.absolute().parent
+    return entry.model_copy(update={"versions": [_anchored(v, here) for v in entry.versions]})
+
+
+def _anchored(version: Version, here: Path) -> Version:
+    """``version`` with its relative paths read from ``here`` (URLs stay as they are)."""
     update: dict[str, Any] = {}
-    if not is_mlflow_ref(entry.source) and "://" not in entry.source:
-        update["source"] = str(here / os.path.expanduser(entry.source))
-    if entry.sample is not None and "://" not in entry.sample:
-        update["sample"] = str(here / os.path.expanduser(entry.sample))
-    return entry.model_copy(update=update)
+    if not is_mlflow_ref(version.source) and "://" not in version.source:
+        update["source"] = str(here / os.path.expanduser(version.source))
+    if version.sample is not None and "://" not in version.sample:
+        update["sample"] = str(here / os.path.expanduser(version.sample))
+    return version.model_copy(update=update)
 
 
 def changes(registry: Registry, entries: list[Declared], *, dry_run: bool) -> Iterator[Change]:
@@ -130,38 +176,49 @@ def apply(registry: Registry, entries: list[Declared]) -> list[Change]:
 
 
 def _changes(registry: Registry, entry: Declared, *, dry_run: bool) -> Iterator[Change]:
-    sha256 = _canonical(entry)
+    """A model file's changes: each version registered where none holds its bytes, its
+    aliases and tags set; then the model's aliases no version names removed."""
+    current = _aliases(registry, entry.name)
+    for declared_version in entry.versions:
+        yield from _version_changes(registry, entry, declared_version, current,
+                                    dry_run=dry_run)  # fmt: skip
+    named = {a for v in entry.versions for a in v.aliases}
+    for alias in sorted(set(current) - named):
+        yield Change(entry.name, "unalias", f"{alias} (was version {current[alias]})")
+        if not dry_run:
+            registry.delete_alias(entry.name, alias)
+
+
+def _version_changes(
+    registry: Registry, entry: Declared, declared_version: Version, current: dict[str, int],
+    *, dry_run: bool,
+) -> Iterator[Change]:  # fmt: skip
+    spec = declared_version
+    sha256 = _canonical(entry, spec)
     version = _holding(registry, entry.name, sha256)
     if version is None:
-        yield Change(entry.name, "register", f"{_short(entry.source)} (sha256 {sha256[:12]})")
+        yield Change(entry.name, "register", f"{_short(spec.source)} (sha256 {sha256[:12]})")
         if dry_run:
-            version = -1  # the version the register makes; aliases and tags follow it
+            version = -1  # the version the register makes; its aliases follow it
         else:
-            mv = registry.register(entry.name, entry.source, sample=entry.sample, tags=entry.tags,
-                                   description=entry.description,
-                                   trusted=entry.trusted)  # fmt: skip
-            version = mv.version
+            version = registry.register(entry.name, spec.source, sample=spec.sample,
+                                        tags=spec.tags, description=spec.description,
+                                        trusted=spec.trusted).version  # fmt: skip
     shown = "the new version" if version < 0 else f"version {version}"
-    current = _aliases(registry, entry.name)
-    for alias in entry.aliases:
+    for alias in spec.aliases:
         if current.get(alias) == version:
             continue
         yield Change(entry.name, "alias", f"{alias} -> {shown}")
         if not dry_run:
             _promote(registry, entry, alias, version)
-    for alias in sorted(set(current) - set(entry.aliases)):
-        yield Change(entry.name, "unalias", f"{alias} (was version {current[alias]})")
-        if not dry_run:
-            registry.delete_alias(entry.name, alias)
-    tags = {} if version < 0 else registry.get(entry.name, version=version).tags
-    for key, value in sorted(entry.tags.items()):
-        if version > 0 and tags.get(key) == value:
-            continue
-        if version < 0:
-            continue  # registered with its tags
-        yield Change(entry.name, "tag", f"{key}={value} on {shown}")
-        if not dry_run:
-            registry.set_tag(entry.name, key, value, version=version)
+    if version < 0:
+        return  # registered with its tags
+    tags = registry.get(entry.name, version=version).tags
+    for key, value in sorted(spec.tags.items()):
+        if tags.get(key) != value:
+            yield Change(entry.name, "tag", f"{key}={value} on {shown}")
+            if not dry_run:
+                registry.set_tag(entry.name, key, value, version=version)
 
 
 def _promote(registry: Registry, entry: Declared, alias: str, version: int) -> None:
@@ -173,15 +230,15 @@ def _promote(registry: Registry, entry: Declared, alias: str, version: int) -> N
         ) from None
 
 
-def _canonical(entry: Declared) -> str:
+def _canonical(entry: Declared, version: Version) -> str:
     """The sha256 of the model's canonical bytes: what the registry stores and keys a
     version by."""
-    source: Any = entry.source
+    source: Any = version.source
     if is_mlflow_ref(source):
-        source = load_mlflow_model(source, trusted=entry.trusted).model
+        source = load_mlflow_model(source, trusted=version.trusted).model
     elif not Path(source).exists():
-        raise ConfigError(f"{entry.file}: model source {entry.source!r} does not exist")
-    model = model_object(source, trusted=entry.trusted)
+        raise ConfigError(f"{entry.file}: model source {version.source!r} does not exist")
+    model = model_object(source, trusted=version.trusted)
     import_model(model)  # an unsupported model is refused before anything is stored
     return sha256_hex(dump_model(model))
 

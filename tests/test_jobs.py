@@ -227,6 +227,27 @@ def test_every_example_job_plans_against_the_example_data(
     assert "rows: 3,000 in 2 file(s)" in planned.output
 
 
+def test_the_repository_s_models_folder_declares_the_example_registry(
+    tmp_path: Path,
+) -> None:
+    """models/ applied to the registry ``make examples`` writes changes nothing: the
+    files declare what the jobs in jobs/ score (each model, version and alias)."""
+    from scoring.cli._examples import write_examples
+
+    write_examples(tmp_path / "examples", run_date="2026-11-21", rows=100)
+    shutil.copytree(JOBS.parent / "models", tmp_path / "models")
+    said = runner.invoke(app, ["models", "apply", str(tmp_path / "models"), "--registry",
+                               str(tmp_path / "examples" / "registry")])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert said.stdout == "" and "the registry matches them" in said.stderr
+    registry = scoring.Registry(tmp_path / "examples" / "registry")
+    refs = {ref for job in JOBS.glob("*.toml") for ref in re.findall(r'"(\w+@\w+)"',
+                                                                    job.read_text())}  # fmt: skip
+    assert {"churn@production", "churn@challenger", "upsell@production"} <= refs
+    for ref in sorted(refs - {"demo-reference@production"}):
+        assert registry.get(ref).verified, ref
+
+
 def test_the_examples_command_hints_at_a_job_only_where_the_job_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

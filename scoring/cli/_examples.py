@@ -5,13 +5,17 @@ Each job file names its registry, input and output relative to itself
 ``make examples`` (this command, into ``examples/``), then ``RUN_DATE=<the date it
 printed> scoring plan jobs/nightly.toml``.  What it writes, under its folder:
 
-- ``registry/``: ``churn`` (version 1 aliased ``production``, version 2 ``challenger``),
-  ``upsell`` and ``credit_risk`` (``production``), small XGBoost classifiers, each
-  registered with a sample (verified, and profiled for the jobs' drift checks);
+- ``models/``: small XGBoost classifiers as model files (``churn-1.json``, ...), each
+  with a sample of its training rows, and a model file per model declaring them
+  (``churn.toml``: its versions and aliases, as the repository's top-level ``models/``
+  declares them, see :mod:`scoring._declared`);
+- ``registry/``: those declarations applied: ``churn`` (version 1 aliased
+  ``production``, version 2 ``challenger``), ``upsell`` and ``credit_risk``
+  (``production``), each verified on its sample and profiled for the jobs' drift checks;
 - ``features/date=<DATE>/``: customers' features with ``customer_id``;
 - ``applications/date=<DATE>/``: credit applications with ``application_id``.
 
-Those three are written afresh on every call, each marked as this command's (a
+Those four are written afresh on every call, each marked as this command's (a
 ``.scoring-owner`` file): a folder of one of those names that this command did not write
 is refused by name, never removed.  The jobs' outputs (``scores/``) are left.
 """
@@ -62,7 +66,8 @@ def examples(
     with reported("examples"):
         run_date = date or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
         write_examples(folder, run_date=run_date, rows=rows)
-        said = f"wrote {folder}/ (registry, features, applications) for RUN_DATE={run_date}"
+        said = (f"wrote {folder}/ (models, registry, features, applications) for "
+                f"RUN_DATE={run_date}")  # fmt: skip
         # The hint only where it holds: the job files read the examples/ beside jobs/.
         if (Path("jobs") / "nightly.toml").is_file() and folder.resolve() == Path(
             "examples"
@@ -77,14 +82,15 @@ def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
     import xgboost as xgb
 
     from .._catalog import Registry
+    from .._declared import apply, declared
     from .._owned import check_replaceable, fresh_folder
 
-    parts = ("registry", "features", "applications")
+    parts = ("registry", "models", "features", "applications")
     for part in parts:  # checked all before any is replaced
         check_replaceable(folder / part, owner=OWNER)
     for part in parts:
         fresh_folder(folder / part, owner=OWNER)
-    registry = Registry(folder / "registry")
+    models = folder / "models"
     for (name, version), features in MODELS.items():
         X = _frame(features, 4_000, seed=version + len(name))
         target = (
@@ -93,11 +99,27 @@ def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
             + np.random.default_rng(version).normal(scale=0.5, size=len(X))
         )
         model = xgb.XGBClassifier(n_estimators=20 + 10 * version, max_depth=4)
-        registry.register(name, model.fit(X, target > 0), sample=X.iloc[:2_000])
-    for (name, alias), version in ALIASES.items():
-        registry.set_alias(name, alias, version)
+        model.fit(X, target > 0).save_model(models / f"{name}-{version}.json")
+        X.iloc[:2_000].to_parquet(models / f"{name}-{version}-sample.parquet", index=False)
+    for name in dict.fromkeys(name for name, _ in MODELS):
+        (models / f"{name}.toml").write_text(declaration(name, folder=""))
+    apply(Registry(folder / "registry"), declared(models))
     _write(folder / "features" / f"date={run_date}", CUSTOMER, "customer_id", rows)
     _write(folder / "applications" / f"date={run_date}", APPLICATION, "application_id", rows)
+
+
+def declaration(name: str, *, folder: str) -> str:
+    """The model file declaring example model ``name``: its versions' files (in
+    ``folder``, relative to the declaration) and their aliases."""
+    lines = [f'name = "{name}"']
+    for (model, version), _ in MODELS.items():
+        if model != name:
+            continue
+        aliases = [a for (m, a), v in ALIASES.items() if m == name and v == version]
+        lines += ["", "[[versions]]", f'source = "{folder}{name}-{version}.json"',
+                  f'sample = "{folder}{name}-{version}-sample.parquet"',
+                  "aliases = [" + ", ".join(f'"{a}"' for a in aliases) + "]"]  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def _frame(features: list[str], rows: int, *, seed: int) -> pd.DataFrame:
