@@ -7,6 +7,7 @@ import os
 import typer
 
 from ._demo import demo
+from ._deploy import deploy_app
 from ._examples import examples
 from ._jobs import plan, run
 from ._models import models_app
@@ -33,6 +34,7 @@ app.command()(plan)
 app.command()(run)
 app.command()(runs)
 app.add_typer(models_app, name="models")
+app.add_typer(deploy_app, name="deploy")
 
 
 def _version(asked: bool) -> None:

@@ -1,0 +1,168 @@
+"""Kubernetes manifests for one job file: a kustomize overlay over the repository's
+``deploy/kubernetes/`` (``scoring deploy render``).
+
+The overlay names every resource after the job (``nameSuffix``), replaces the example
+job file in the ConfigMap with this one, and sets the CronJob's schedule, time zone and
+``activeDeadlineSeconds``.  The last comes from the job's window: a duration deadline
+(``45m``) is the window; a clock deadline (``01:45``) is the time from the schedule's
+start to it (a schedule of the form ``M H * * *``).  The pod gets the window plus a
+quarter (at least ten minutes) so that a late run finishes and exits 4 (finished late,
+output complete) rather than being killed mid-publication.  A GPU job adds the ``gpu``
+component (``nvidia.com/gpu``, the pool's toleration and label), a Ray job the ``ray``
+one (a KubeRay RayJob).  ``kubectl kustomize DIR`` renders it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, JobFileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+_DAILY = re.compile(r"^(\d{1,2}) (\d{1,2}) \* \* \*$")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    folder: Path
+    name: str  # the resources' names: scoring-<job>
+    active_deadline_seconds: int | None
+
+
+def window_seconds(deadline: str, *, schedule: str | None) -> int:
+    """Seconds from the job's start to its deadline: a duration as given; a clock time
+    after the start of a daily schedule (``M H * * *``), the next day when earlier."""
+    duration = _DURATION.match(deadline.strip())
+    if duration and any(duration.groups()):
+        h, m, s = (int(g or 0) for g in duration.groups())
+        return h * 3600 + m * 60 + s
+    clock = _CLOCK.match(deadline.strip())
+    if clock is None:
+        raise ConfigError(f"deadline {deadline!r}: expected a duration (45m) or a clock time")
+    daily = _DAILY.match((schedule or "").strip())
+    if daily is None:
+        raise ConfigError(
+            f"deadline {deadline!r} is a clock time: its window needs a daily schedule "
+            "('M H * * *'), or give the job a duration deadline (e.g. \"75m\")"
+        )
+    start = int(daily.group(2)) * 60 + int(daily.group(1))
+    end = int(clock.group(1)) * 60 + int(clock.group(2))
+    return ((end - start) % (24 * 60) or 24 * 60) * 60
+
+
+def active_deadline(window: int) -> int:
+    """The pod's ``activeDeadlineSeconds`` for a job window of ``window`` seconds."""
+    return window + max(600, window // 4)
+
+
+def render(
+    job_file: Path, *, out: Path, base: Path, schedule: str | None = None,
+    timezone: str | None = None, gpu: bool = False,
+) -> Rendered:  # fmt: skip
+    """Write ``out``: a kustomization over ``base`` (the repository's
+    ``deploy/kubernetes``) for ``job_file``, and a copy of the job file."""
+    job = _job(job_file)
+    engine = str(job.get("engine", "local"))
+    components = (["ray"] if engine == "ray" else []) + (["gpu"] if gpu and engine != "ray" else [])
+    for part in ["base", *(f"components/{c}" for c in components)]:
+        if not (base / part / "kustomization.yaml").is_file():
+            raise ConfigError(
+                f"{base / part} holds no kustomization.yaml: point --base at the "
+                "repository's deploy/kubernetes"
+            )
+    name = _dns_name(str(job["name"]))
+    deadline = job.get("deadline")
+    if engine != "ray" and schedule is None:
+        raise ConfigError("a CronJob needs a schedule: --schedule '30 0 * * *'")
+    window = None if deadline is None else window_seconds(str(deadline), schedule=schedule)
+    seconds = None if window is None else active_deadline(window)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job.toml").write_text(job_file.read_text())
+    kustomization = _kustomization(
+        name=name, base=os.path.relpath(base, out), components=components,
+        engine=engine, schedule=schedule, timezone=timezone or job.get("timezone"),
+        seconds=seconds,
+    )  # fmt: skip
+    (out / "kustomization.yaml").write_text(_yaml(kustomization))
+    return Rendered(out, f"scoring-{name}", seconds)
+
+
+def _job(path: Path) -> dict[str, Any]:
+    """The job file's keys this needs (its name, engine, deadline, time zone); the rest
+    is the job's to check when it runs (its ``${VAR}`` are set only in the pod)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise JobFileError(f"job file {str(path)!r} cannot be read: {exc}") from None
+    if not isinstance(data.get("name"), str):
+        raise JobFileError(f"job file {str(path)!r}, key 'name': required")
+    return data
+
+
+def _dns_name(name: str) -> str:
+    """The job's name as a Kubernetes name part (lowercase letters, digits, dashes)."""
+    text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not text or len(text) > 44:  # a CronJob's name is at most 52 with "scoring-"
+        raise JobFileError(
+            f"job name {name!r} cannot name Kubernetes resources: use at most 44 "
+            "letters, digits or dashes"
+        )
+    return text
+
+
+def _kustomization(
+    *, name: str, base: str, components: list[str], engine: str, schedule: str | None,
+    timezone: str | None, seconds: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    kind = "RayJob" if engine == "ray" else "CronJob"
+    prefix = "/spec" if kind == "RayJob" else "/spec/jobTemplate/spec"
+    operations: list[dict[str, Any]] = []
+    if seconds is not None:
+        operations.append({"op": "replace", "path": f"{prefix}/activeDeadlineSeconds",
+                           "value": seconds})  # fmt: skip
+    if kind == "CronJob":
+        operations.append({"op": "replace", "path": "/spec/schedule", "value": schedule})
+        if timezone:
+            operations.append({"op": "replace", "path": "/spec/timeZone", "value": timezone})
+        else:
+            operations.append({"op": "remove", "path": "/spec/timeZone"})
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "nameSuffix": f"-{name}",
+        "resources": [f"{base}/base"],
+        **({"components": [f"{base}/components/{c}" for c in components]} if components else {}),
+        "configMapGenerator": [
+            {"name": "scoring-job", "behavior": "replace", "files": ["job.toml"]}
+        ],
+        "patches": [{"target": {"kind": kind}, "patch": _yaml(operations)}],
+    }
+
+
+def _yaml(value: Any) -> str:
+    """``value`` as YAML, text of several lines as a literal block (a patch reads as
+    written)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    Dumper.add_representer(str, text)
+    return str(yaml.dump(value, Dumper=Dumper, sort_keys=False, default_flow_style=False))

@@ -1,0 +1,186 @@
+"""deploy/kubernetes: every overlay renders with kustomize (``kubectl kustomize``) and
+validates strictly against three Kubernetes versions' schemas (kubernetes-validate,
+offline); every exit status the CLI documents has the failure policy it should; and
+``scoring deploy render`` writes an overlay per job file in jobs/ that does the same."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from scoring._deploy import active_deadline, window_seconds
+from scoring.cli import HELP, app
+
+ROOT = Path(__file__).parents[1]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+VERSIONS = ("1.29", "1.33", "1.37")
+runner = CliRunner()
+needs_kubectl = pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kustomize renders through kubectl, not installed"
+)
+
+
+def _rendered(folder: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _validate(resources: list[dict[str, Any]], tmp_path: Path) -> None:
+    """Each built-in resource against each version's schema, strictly; a RayJob (a
+    CRD, whose schema Kubernetes does not bundle) by the fields KubeRay requires."""
+    pytest.importorskip("kubernetes_validate")
+    builtin = [r for r in resources if r["apiVersion"] != "ray.io/v1"]
+    path = tmp_path / "rendered.yaml"
+    path.write_text(yaml.safe_dump_all(builtin))
+    for version in VERSIONS:
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("kubernetes-validate")), "--strict", "-k",
+             version, str(path)], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and "ERROR" not in done.stdout, done.stdout + done.stderr
+        assert done.stdout.count(" passed ") == len(builtin), done.stdout
+    for ray_job in (r for r in resources if r["kind"] == "RayJob"):
+        spec = ray_job["spec"]
+        assert "scoring run /etc/scoring/job.toml" in spec["entrypoint"]
+        assert spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+        for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
+            limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == "1" and group["rayStartParams"]["num-gpus"] == "1"
+
+
+def _cronjob(resources: list[dict[str, Any]]) -> dict[str, Any]:
+    (cronjob,) = [r for r in resources if r["kind"] == "CronJob"]
+    return cronjob
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", ["cpu", "gpu", "ray"])
+def test_every_overlay_renders_and_validates_strictly(overlay: str, tmp_path: Path) -> None:
+    resources = _rendered(DEPLOY / "overlays" / overlay)
+    _validate(resources, tmp_path)
+    kinds = sorted(r["kind"] for r in resources)
+    assert kinds == sorted(["ServiceAccount", "ConfigMap",
+                            "RayJob" if overlay == "ray" else "CronJob"])  # fmt: skip
+    (config,) = [r for r in resources if r["kind"] == "ConfigMap"]
+    job = (DEPLOY / ("overlays/ray" if overlay == "ray" else "base") / "job.toml").read_text()
+    assert config["data"]["job.toml"] == job
+    if overlay == "ray":
+        return
+    cronjob = _cronjob(resources)
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["restartPolicy"] == "Never"
+    limits = pod["containers"][0]["resources"]["limits"]
+    if overlay == "gpu":
+        assert limits["nvidia.com/gpu"] == "1"
+        assert {"key": "sku", "operator": "Equal", "value": "gpu",
+                "effect": "NoSchedule"} in pod["tolerations"]  # fmt: skip
+        assert pod["containers"][0]["image"].endswith("-cuda")
+    else:
+        assert "nvidia.com/gpu" not in limits and "tolerations" not in pod
+
+
+def _documented_exit_statuses() -> list[int]:
+    said = HELP.split("Exit status:", 1)[1].split("\n\n", 1)[0]
+    return sorted({int(n) for n in re.findall(r"\b(\d+)\b", said)})
+
+
+#: What the Job should do on each exit status of `scoring run`.
+EXPECTED = {
+    0: "succeeds",
+    1: "retry, counted",  # may pass on a retry (a store's hiccup); a bad input fails after
+    2: "FailJob",  # a bad option or job file
+    3: "FailJob",  # the plan cannot meet the deadline
+    4: "FailJob",  # finished after the deadline: complete, but the window was missed
+    5: "FailJob",  # a [checks] breach: nothing published
+    130: "Ignore",  # SIGINT: stopped, resumed by the next pod
+    143: "Ignore",  # SIGTERM: drained or evicted
+}
+
+
+@needs_kubectl
+def test_each_exit_status_has_its_failure_policy() -> None:
+    statuses = _documented_exit_statuses()
+    assert statuses == sorted(EXPECTED), "a new exit status needs its policy here"
+    policy = _cronjob(_rendered(DEPLOY / "overlays" / "cpu"))["spec"]["jobTemplate"]["spec"]
+    rules = policy["podFailurePolicy"]["rules"]
+
+    def action(status: int) -> str:
+        if status == 0:
+            return "succeeds"
+        for rule in rules:
+            codes = rule.get("onExitCodes")
+            if codes and codes["operator"] == "In" and status in codes["values"]:
+                assert codes["containerName"] == "scoring"
+                return str(rule["action"])
+        return "retry, counted"  # no rule: the Job's backoffLimit counts it
+
+    assert {s: action(s) for s in statuses} == EXPECTED
+    assert policy["backoffLimit"] >= 1
+    assert {"type": "DisruptionTarget", "status": "True"} in [
+        c for r in rules if r["action"] == "Ignore" for c in r.get("onPodConditions", [])
+    ]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("job", sorted(p.stem for p in (ROOT / "jobs").glob("*.toml")))
+def test_deploy_render_writes_an_overlay_for_each_example_job(job: str, tmp_path: Path) -> None:
+    path = ROOT / "jobs" / f"{job}.toml"
+    out = tmp_path / "overlay"
+    for gpu in ([] if job == "ray" else ["--gpu"], []):
+        said = runner.invoke(app, ["deploy", "render", str(path), "--out", str(out),
+                                   "--schedule", "30 0 * * *", "--base", str(DEPLOY),
+                                   *gpu])  # fmt: skip
+        assert said.exit_code == 0, said.output
+        resources = _rendered(out)
+        _validate(resources, tmp_path)
+        suffix = said.stdout.strip().removeprefix("scoring")  # -<the job's name>
+        assert all(suffix in r["metadata"]["name"] for r in resources)
+        (config,) = [r for r in resources if r["kind"] == "ConfigMap"]
+        assert config["data"]["job.toml"] == path.read_text()
+        text = path.read_text()
+        deadline = re.search(r'^deadline = "([^"]+)"', text, flags=re.M)
+        assert deadline is not None
+        seconds = active_deadline(window_seconds(deadline.group(1), schedule="30 0 * * *"))
+        if job == "ray":
+            (ray_job,) = [r for r in resources if r["kind"] == "RayJob"]
+            assert ray_job["spec"]["activeDeadlineSeconds"] == seconds
+            continue
+        cronjob = _cronjob(resources)
+        assert cronjob["spec"]["schedule"] == "30 0 * * *"
+        assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == seconds
+        zone = re.search(r'^timezone = "([^"]+)"', text, flags=re.M)
+        assert cronjob["spec"].get("timeZone") == (zone.group(1) if zone else None)
+        pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert ("nvidia.com/gpu" in pod["containers"][0]["resources"]["limits"]) == bool(gpu)
+
+
+def test_the_window_and_the_pod_s_deadline() -> None:
+    assert window_seconds("45m", schedule=None) == 2700
+    assert window_seconds("1h30m", schedule=None) == 5400
+    assert window_seconds("01:45", schedule="30 0 * * *") == 75 * 60
+    assert window_seconds("00:15", schedule="30 23 * * *") == 45 * 60  # past midnight
+    with pytest.raises(Exception, match="needs a daily schedule"):
+        window_seconds("01:45", schedule="*/5 * * * *")
+    assert active_deadline(2700) == 2700 + 675  # a quarter more
+    assert active_deadline(600) == 600 + 600  # at least ten minutes more
+
+
+def test_render_refuses_a_cronjob_without_a_schedule_in_one_line(tmp_path: Path) -> None:
+    said = runner.invoke(app, ["deploy", "render", str(ROOT / "jobs" / "nightly.toml"),
+                               "--out", str(tmp_path / "o"), "--base", str(DEPLOY)])  # fmt: skip
+    assert said.exit_code == 2 and "needs a schedule" in said.stderr, said.output
+    said = runner.invoke(app, ["deploy", "render", str(ROOT / "jobs" / "nightly.toml"),
+                               "--out", str(tmp_path / "o"), "--schedule", "0 1 * * *",
+                               "--base", str(tmp_path)])  # fmt: skip
+    assert said.exit_code == 2 and "holds no kustomization.yaml" in said.stderr, said.output
