@@ -121,7 +121,7 @@ def test_one_partition_is_replaced_exactly_once_across_a_kill(
 @pytest.mark.parametrize(("given", "says"), [
     ({"partition_by": ["c"]}, "must be a kept column"),
     ({"partition_by": ["id"]}, "must partition the input"),
-    ({"partition_by": ["date"], "output_format": "parquet"}, "needs a Delta output"),
+    ({"partition_by": ["date"], "output_format": "parquet"}, "needs a table output"),
     ({"partition_by": [], "mode": "overwrite_partitions"}, "name the output's partition"),
 ])  # fmt: skip
 def test_partitions_that_cannot_be_are_refused_by_name(

@@ -92,14 +92,24 @@ def test_no_engine_restates_the_plans_fields() -> None:
     ]  # fmt: skip
 
 
-def test_every_output_format_is_one_registered_publisher(tmp_path: Path) -> None:
+def test_every_output_format_is_one_registered_publisher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scoring._publish_iceberg import IcebergPublisher
+
+    # An Iceberg table is named through a catalog (SQLite, a warehouse in tmp_path).
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAB__URI", f"sqlite:///{tmp_path}/catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__LAB__WAREHOUSE", f"file://{tmp_path}/warehouse")
+    where = {"iceberg": "iceberg:lab.sales.scores"}
     opened: dict[str, Any] = {
-        name: make(str(tmp_path / name), job={"m": 1}, mode=None, verify=False,
-                   engine_files=(), settings={}, partitions={})
+        name: make(where.get(name, str(tmp_path / name)), job={"m": 1}, mode=None,
+                   verify=False, engine_files=(), settings={}, partitions={})
         for name, make in target.PUBLISHERS.items()
     }  # fmt: skip
     assert isinstance(opened["parquet"], FolderPublisher)
     assert isinstance(opened["delta"], DeltaPublisher)
+    assert isinstance(opened["iceberg"], IcebergPublisher)
+    assert opened["iceberg"].journal.url == f"file://{tmp_path}/warehouse/sales/scores"
     for publisher in opened.values():
         assert isinstance(publisher.journal, Journal)
         assert not isinstance(publisher, Journal)  # composed, never a subclass
