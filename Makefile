@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-.PHONY: install runtime demo examples test lint bench peers clean
+.PHONY: install runtime demo examples test lint bench peers clean image
 
 # `runtime`: what the product itself needs (torch, then `pip install -e .`), all the
 # demo installs. `install`: that, the optional engines and stores, and the development
@@ -92,3 +92,27 @@ peers: $(PEERS_VENV)/.installed
 
 clean:
 	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The CPU image (Containerfile), tagged with the product's version, then the demo run in
+# it as a smoke test. Needs podman (Debian: apt-get install podman runc mmdebstrap); the
+# base image is made from Debian's packages when absent, as no registry is reached. runc
+# and these ulimits: crun fails on hosts with hybrid cgroups and low limits. pip's own
+# settings reach the build: PIP_FIND_LINKS (a wheel folder, mounted) and PIP_CERT (a
+# proxy's CA bundle, mounted).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= scoring
+BASE_IMAGE ?= scoring-base:bookworm
+PODMAN_FLAGS ?= --runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
+image:
+	@command -v podman >/dev/null || { echo "make image needs podman: apt-get install podman runc mmdebstrap"; exit 1; }
+	podman image exists $(BASE_IMAGE) || { \
+		mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates,g++,libgomp1 \
+			bookworm - | podman import - $(BASE_IMAGE); }
+	podman build $(PODMAN_FLAGS) --network host --build-arg BASE=$(BASE_IMAGE) \
+		--build-arg VARIANT=cpu --build-arg TORCH_VERSION=$(TORCH_VERSION) \
+		$(if $(PIP_FIND_LINKS),-v $(PIP_FIND_LINKS):$(PIP_FIND_LINKS):ro --build-arg PIP_FIND_LINKS=$(PIP_FIND_LINKS)) \
+		$(if $(TORCH_CPU_INDEX),--build-arg TORCH_CPU_INDEX=$(TORCH_CPU_INDEX)) \
+		$(if $(PIP_CERT),-v $(PIP_CERT):/etc/pip-ca.crt:ro --build-arg PIP_CERT=/etc/pip-ca.crt) \
+		-f Containerfile -t $(IMAGE):$(VERSION)-cpu .
+	podman run --rm $(PODMAN_FLAGS) $(IMAGE):$(VERSION)-cpu demo --rows 100000
+	@podman image inspect $(IMAGE):$(VERSION)-cpu --format 'built $(IMAGE):$(VERSION)-cpu, {{.Size}} bytes'

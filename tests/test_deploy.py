@@ -184,3 +184,26 @@ def test_render_refuses_a_cronjob_without_a_schedule_in_one_line(tmp_path: Path)
                                "--out", str(tmp_path / "o"), "--schedule", "0 1 * * *",
                                "--base", str(tmp_path)])  # fmt: skip
     assert said.exit_code == 2 and "holds no kustomization.yaml" in said.stderr, said.output
+
+
+def test_the_containerfile_builds_what_the_docs_say() -> None:
+    """The image's contract, read from the Containerfile (``make image`` builds it): a
+    non-root user, ``scoring`` as the entrypoint, extras that pyproject.toml defines,
+    torch pinned as the Makefile pins it, and the CPU kernel built into the image."""
+    import tomllib
+
+    text = (ROOT / "Containerfile").read_text()
+    assert re.search(r"^USER 10001:10001$", text, flags=re.M)
+    assert re.search(r'^ENTRYPOINT \["scoring"\]$', text, flags=re.M)
+    extras = re.search(r"^ARG EXTRAS=(.+)$", text, flags=re.M)
+    assert extras is not None
+    defined = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(extras.group(1).split(",")) <= set(defined)
+    torch = re.search(r"^ARG TORCH_VERSION=(.+)$", text, flags=re.M)
+    pinned = re.search(r"^TORCH_VERSION \?= (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert torch is not None and pinned is not None and torch.group(1) == pinned.group(1)
+    assert "kernel_library()" in text and "SCORING_COMPILE_CACHE=/opt/scoring/cache" in text
+    ignored = (ROOT / ".containerignore").read_text().split()
+    assert ignored[ignored.index("*") + 1 :][:3] == ["!pyproject.toml", "!README.md", "!scoring/"]
