@@ -30,14 +30,26 @@ from ._dataset import Fragment
 from ._files import exists
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
+from .errors import ConfigError
 
 __all__ = [
-    "INPUTS", "Publication", "Publisher", "begin", "engine_dir", "forget_inputs", "place",
-    "publications_since", "recorded", "recorded_inputs", "recording", "written",
+    "INPUTS", "TABLE_MODES", "Publication", "Publisher", "begin", "engine_dir",
+    "forget_inputs", "place", "publications_since", "recorded", "recorded_inputs",
+    "recording", "table_mode", "written",
 ]  # fmt: skip
 
 #: Where a table output records a Parquet folder input's files scored to date.
 INPUTS = "_scoring_inputs"
+#: A table output's modes (Delta's, Iceberg's), as Spark's writers name them.
+TABLE_MODES = ("error", "append", "overwrite", "overwrite_partitions")
+
+
+def table_mode(kind: str, mode: str | None, *, extra: tuple[str, ...] = ()) -> str:
+    """A table output's mode (default ``error``), or the one-line refusal naming them."""
+    mode = mode or "error"
+    if mode not in (*TABLE_MODES, *extra):
+        raise ConfigError(f"{kind} output mode {mode!r}: expected one of {', '.join(TABLE_MODES)}")
+    return mode
 
 
 class Publisher(Protocol):

@@ -43,6 +43,7 @@ from ._files import exists
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
 from ._publish import (
+    TABLE_MODES,
     Publication,
     begin,
     engine_dir,
@@ -51,15 +52,16 @@ from ._publish import (
     recorded,
     recorded_inputs,
     recording,
+    table_mode,
     take,
     written,
 )
 from ._staging import LEGACY_RECORDS
-from .errors import ConfigError, DependencyError, OutputError, cause_line
+from .errors import DependencyError, OutputError, cause_line
 
 __all__ = ["MODES", "DeltaPublisher", "open_delta"]
 
-MODES = ("error", "append", "overwrite", "overwrite_partitions")
+MODES = TABLE_MODES
 log = logging.getLogger("scoring.output")
 
 
@@ -69,9 +71,7 @@ def open_delta(
     on_step: Callable[[str], None] | None = None,
 ) -> DeltaPublisher:  # fmt: skip
     """A Delta table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
-    mode = mode or "error"
-    if mode not in (*MODES, INCREMENTAL):
-        raise ConfigError(f"Delta output mode {mode!r}: expected one of {', '.join(MODES)}")
+    mode = table_mode("Delta", mode, extra=(INCREMENTAL,))
     _deltalake()  # refused before anything is written when delta-rs is missing
     settings = {"format": "delta", "mode": mode, "partition_by": list(partitions), **settings}
     return DeltaPublisher(Journal(output, job=job, settings=settings), mode=mode,

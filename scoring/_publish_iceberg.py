@@ -41,6 +41,7 @@ from ._iceberg import TableRef, catalog_of, data_files, load_table, parse, pyice
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
 from ._publish import (
+    TABLE_MODES,
     Publication,
     begin,
     forget_inputs,
@@ -48,6 +49,7 @@ from ._publish import (
     recorded,
     recorded_inputs,
     recording,
+    table_mode,
     take,
     written,
 )
@@ -55,7 +57,7 @@ from .errors import ConfigError, OutputError, cause_line
 
 __all__ = ["MODES", "IcebergPublisher", "open_iceberg"]
 
-MODES = ("error", "append", "overwrite", "overwrite_partitions")
+MODES = TABLE_MODES
 log = logging.getLogger("scoring.output")
 
 
@@ -65,9 +67,7 @@ def open_iceberg(
     on_step: Callable[[str], None] | None = None,
 ) -> IcebergPublisher:  # fmt: skip
     """An Iceberg table's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
-    mode = mode or "error"
-    if mode not in (*MODES, INCREMENTAL):
-        raise ConfigError(f"Iceberg output mode {mode!r}: expected one of {', '.join(MODES)}")
+    mode = table_mode("Iceberg", mode, extra=(INCREMENTAL,))
     pyiceberg()  # refused before anything is written when pyiceberg is missing
     ref = parse(output)
     if ref.metadata is not None:

@@ -33,6 +33,8 @@ from typer.testing import CliRunner
 import scoring
 from scoring.cli import app
 
+from .test_delta import HELD_AT  # the command held at a point until a signal stops it
+
 pytest.importorskip("pyiceberg", reason="the iceberg extra is not installed")
 runner = CliRunner()
 ROWS = 1200
@@ -200,26 +202,6 @@ def test_a_schema_the_table_cannot_take_is_refused_by_column_before_writing(
     assert said.exit_code == 0, said.output
     assert len(_read(catalog, "ready")) == ROWS
 
-
-#: The ``scoring`` command, held at the given occurrence of a point (a file journaled,
-#: a step of publication) until a signal stops it (bounded: a lost signal fails).
-HELD_AT = """
-import sys, threading
-from scoring._engines import plan
-
-target, wanted, seen = sys.argv[1], int(sys.argv[2]), {}
-def hold(done):
-    seen[done] = seen.get(done, 0) + 1
-    if done == target and seen[done] == wanted:
-        print("held", flush=True)
-        if not threading.Event().wait(timeout=300):
-            raise RuntimeError("no signal stopped the command")
-plan.HOOKS = plan.Hooks(on_file_journaled=lambda entry: hold("journaled a file"),
-                        on_publish_step=hold)
-sys.argv = ["scoring", *sys.argv[3:]]
-from scoring.cli import app
-app()
-"""
 
 #: (point, occurrence, signal).  A file is journaled in the writer thread, which a
 #: SIGTERM (raised in the main thread) cannot interrupt while it is held: SIGKILL there.
