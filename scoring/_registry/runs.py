@@ -52,6 +52,8 @@ class RunRecord(BaseModel):
     models: list[dict[str, str]] = Field(default_factory=list)
     output: str = ""
     error: str | None = None
+    #: Each GPU's summary over the run (``scoring.jobs._gpu``), or why none was sampled.
+    gpu: dict[str, Any] | None = None
     id: int | None = None
 
     @property

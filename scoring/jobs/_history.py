@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import datetime, timezone
+from typing import Any
 
 from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport
@@ -55,12 +56,15 @@ class Recorder:
         finished: datetime | None = None,
         report: ScoreReport | None = None,
         error: BaseException | None = None,
+        gpu: dict[str, Any] | None = None,
     ) -> list[RunRecord]:
         """Store this run (and publish its metrics, if the job asks); returns the job's
         last :data:`HISTORY_RUNS` runs (this one last), or nothing when the registry
         cannot be written: the run's own outcome stands, with a warning."""
         record = self._record(outcome, exit_code, finished or datetime.now(timezone.utc),
                               report, error)  # fmt: skip
+        if gpu is not None:  # each device's summary (the samples stay in the report)
+            record.gpu = {k: v for k, v in gpu.items() if k != "series"}
         publish_metrics(self.spec.metrics, record)
         try:
             history = ModelStore(self.spec.registry, db_url=self.spec.registry_db,

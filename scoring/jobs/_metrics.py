@@ -67,8 +67,33 @@ def _gauges(record: RunRecord) -> Any:
     if record.deadline is not None:
         margin = (record.deadline - record.finished_at).total_seconds()
         gauge("deadline_margin_seconds", "Seconds to spare at the end (< 0: late).", margin)
+    _gpu_gauges(prom, registry, record)
     outcome = prom.Gauge("scoring_job_outcome", "1 for the run's outcome.", ["job", "outcome"],
                          registry=registry)  # fmt: skip
     for name in OUTCOMES:
         outcome.labels(job=record.job, outcome=name).set(float(record.outcome == name))
     return registry
+
+
+#: Each device's summary in the metrics: (key in the sampler's summary, name, help).
+_GPU = [
+    ("utilisation_mean_pct", "utilisation_mean_percent", "The GPU's mean utilisation."),
+    ("utilisation_max_pct", "utilisation_max_percent", "The GPU's highest utilisation sampled."),
+    ("memory_max_mib", "memory_max_mebibytes", "The most memory used on the GPU, all processes."),
+    ("process_memory_max_mib", "process_memory_max_mebibytes",
+     "The most memory the run's own process held on the GPU."),
+    ("power_mean_w", "power_mean_watts", "The GPU's mean power draw over the run."),
+]  # fmt: skip
+
+
+def _gpu_gauges(prom: Any, registry: Any, record: RunRecord) -> None:
+    """``scoring_job_gpu_*{job, run, device}`` for each GPU the run sampled (``run``:
+    its start time, which names it in the history and the report)."""
+    devices = (record.gpu or {}).get("devices") or []
+    run = record.started_at.isoformat()
+    for key, name, text in _GPU:
+        gauge = prom.Gauge(f"scoring_job_gpu_{name}", text, ["job", "run", "device"],
+                           registry=registry)  # fmt: skip
+        for d in devices:
+            if d.get(key) is not None:
+                gauge.labels(job=record.job, run=run, device=str(d["device"])).set(d[key])

@@ -46,7 +46,7 @@ def build_report(
     plan: Plan,
     report: ScoreReport,
     *,
-    gpu: dict[str, float] | None,
+    gpu: dict[str, Any] | None,
     started: datetime,
     stages: dict[str, float],
     deadline: datetime | None,

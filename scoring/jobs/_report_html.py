@@ -211,11 +211,20 @@ def _resources(data: dict[str, Any]) -> str:
     cores = r["cpu_seconds"] / max(data["wall_seconds"], 1e-9)
     rows = [("CPU time", f"{r['cpu_seconds']:,.1f} s ({cores:.1f} cores on average)"),
             ("peak memory", f"{r['max_rss_mb']:,.0f} MiB (this process)")]  # fmt: skip
-    if gpu:
-        rows += [(f"GPU {k.replace('_', ' ')}", f"{v:,.1f}") for k, v in gpu.items()]
-    else:
-        rows.append(("GPU", "none"))
-    return _table(rows)
+    if not gpu or "absent" in gpu:  # the sampler's one line, or a report of an older run
+        rows.append(("GPU", gpu["absent"] if gpu else "none"))
+        return _table(rows)
+    for d in gpu["devices"]:
+        power = (f", power {d['power_mean_w']:,.0f} W mean, {d['power_max_w']:,.0f} W max"
+                 if d.get("power_mean_w") is not None else "")  # fmt: skip
+        rows.append((
+            f"GPU {d['device']} ({d['name']})",
+            f"utilisation {d['utilisation_mean_pct']:,.0f}% mean, "
+            f"{d['utilisation_max_pct']:,.0f}% max; memory {d['memory_max_mib']:,.0f} MiB "
+            f"max, this process {d['process_memory_max_mib']:,.0f} MiB{power}",
+        ))  # fmt: skip
+    plot = _svg(_gpu_plot, gpu) if gpu.get("series") else ""
+    return _table(rows) + plot
 
 
 def _warnings(found: list[str], resolved: list[str]) -> str:
@@ -309,6 +318,19 @@ def _timeline_plot(plt: Any, data: dict[str, Any]) -> Any:
         ax.axvline(data["deadline_seconds"], color="#c62828", label="deadline")
     ax.set(xlabel="seconds since start", ylabel="rows")
     ax.legend(loc="lower right")
+    return fig
+
+
+def _gpu_plot(plt: Any, gpu: dict[str, Any]) -> Any:
+    """Each GPU's utilisation and this process's memory on it over the run."""
+    fig, (util, memory) = plt.subplots(1, 2, figsize=(11, 2.6))
+    for d in gpu["devices"]:
+        mine = [s for s in gpu["series"] if s[1] == d["device"]]
+        util.plot([s[0] for s in mine], [s[2] for s in mine], label=f"GPU {d['device']}")
+        memory.plot([s[0] for s in mine], [s[5] for s in mine], label=f"GPU {d['device']}")
+    util.set(xlabel="seconds since scoring began", ylabel="utilisation %", ylim=(0, 100))
+    memory.set(xlabel="seconds since scoring began", ylabel="this process, MiB")
+    util.legend(loc="lower right")
     return fig
 
 

@@ -166,7 +166,7 @@ def _run(
     _saved(report, plan)
     late = deadline is not None and finished > deadline
     runs = recorder.record("late" if late else "ok", exit_code=EXIT_LATE if late else EXIT_OK,
-                           finished=finished, report=report)  # fmt: skip
+                           finished=finished, report=report, gpu=gpu.result())  # fmt: skip
     window = (deadline - start).total_seconds() if deadline else None
     files = write_report(spec, plan, report, gpu=gpu.result(), started=start,
                          stages=recorder.stages(report), deadline=deadline, finished=finished,
