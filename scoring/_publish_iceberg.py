@@ -115,14 +115,14 @@ class IcebergPublisher:
         pending, discard = journal.reconcile()
         if discard is not None:
             self._discard(discard)
+        table = load_table(self.ref)
         if pending is not None and pending.get("job_key") == journal.job_key:
             self.run_id = str(pending["run"])
-            if self._committed(self.run_id):
+            if _committed(table, self.run_id):
                 journal.clear()
                 return True
         else:
             self.run_id = uuid.uuid4().hex[:16]
-        table = load_table(self.ref)
         holds = table is not None and table.current_snapshot() is not None
         if self.mode == INCREMENTAL and holds and self._last_run(table) is None:
             raise OutputError(
@@ -147,18 +147,12 @@ class IcebergPublisher:
         """An interrupted run's staging, and the files it placed before its commit."""
         fs = self.journal.fs
         run = record.get("run")
-        if run and not self._committed(str(run)):
+        if run and not _committed(load_table(self.ref), str(run)):
             folder = f"{self.journal.root}/data/scoring-{run}"
             if exists(fs, folder):
                 fs.rm(folder, recursive=True)
             forget_inputs(self.journal, keep=None, run=str(run))
         self.journal.clear()
-
-    def _committed(self, run: str) -> bool:
-        table = load_table(self.ref)
-        return table is not None and any(
-            _summary(s).get("scoring.run") == run for s in table.snapshots()
-        )
 
     @staticmethod
     def _last_run(table: Any) -> dict[str, str] | None:
@@ -355,6 +349,13 @@ class IcebergPublisher:
     def _footer(self, record: FileRecord) -> pq.FileMetaData:
         with self.journal.fs.open(f"{self.journal.root}/{record.output}", "rb") as f:
             return pq.read_metadata(f)
+
+
+def _committed(table: Any, run: str) -> bool:
+    """Whether a snapshot of ``table`` (None: absent) carries run ``run``."""
+    return table is not None and any(
+        _summary(s).get("scoring.run") == run for s in table.snapshots()
+    )
 
 
 def _summary(snapshot: Any) -> dict[str, str]:

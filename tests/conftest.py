@@ -14,6 +14,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -156,3 +157,18 @@ def s3_bucket(s3_server: str) -> str:
 @pytest.fixture(params=sorted(RECIPES))
 def recipe_name(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+def sql_catalog(name: str, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Iceberg catalog ``name``: SQLite and a warehouse in ``folder``, configured as
+    users do, in the environment (a child process a test starts sees it too), with the
+    namespace ``sales``."""
+    from pyiceberg.catalog import load_catalog
+
+    settings = {"TYPE": "sql", "URI": f"sqlite:///{folder}/catalog.db",
+                "WAREHOUSE": f"file://{folder}/warehouse"}  # fmt: skip
+    for key, value in settings.items():
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__{key}", value)
+    catalog = load_catalog(name, **{k.lower(): v for k, v in settings.items()})
+    catalog.create_namespace("sales")
+    return catalog

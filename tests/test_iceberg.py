@@ -33,6 +33,7 @@ from typer.testing import CliRunner
 import scoring
 from scoring.cli import app
 
+from .conftest import sql_catalog
 from .test_delta import HELD_AT  # the command held at a point until a signal stops it
 
 pytest.importorskip("pyiceberg", reason="the iceberg extra is not installed")
@@ -59,17 +60,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, pd.DataF
 
 @pytest.fixture
 def catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Catalog ``lab``: SQLite, a warehouse on this disk, configured as users do, in the
-    environment (a child process started by a test sees it too)."""
-    from pyiceberg.catalog import load_catalog
-
-    settings = {"TYPE": "sql", "URI": f"sqlite:///{tmp_path}/catalog.db",
-                "WAREHOUSE": f"file://{tmp_path}/warehouse"}  # fmt: skip
-    for key, value in settings.items():
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAB__{key}", value)
-    lab = load_catalog("lab", **{k.lower(): v for k, v in settings.items()})
-    lab.create_namespace("sales")
-    return lab
+    """Catalog ``lab`` (:func:`tests.conftest.sql_catalog`)."""
+    return sql_catalog("lab", tmp_path, monkeypatch)
 
 
 def _table(catalog: Any, name: str, frame: pd.DataFrame, *, appends: int = 1) -> Any:

@@ -211,14 +211,10 @@ def test_iceberg_example(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     and a local warehouse, holding ``sales.features`` (the examples' ``features/``)."""
     pytest.importorskip("pyiceberg")
     import pyarrow.parquet as pq
-    from pyiceberg.catalog import load_catalog
 
-    settings = {"TYPE": "sql", "URI": f"sqlite:///{lake}/catalog.db",
-                "WAREHOUSE": f"file://{lake}/warehouse"}  # fmt: skip
-    for key, value in settings.items():
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
-    catalog = load_catalog("lake", **{k.lower(): v for k, v in settings.items()})
-    catalog.create_namespace("sales")
+    from .conftest import sql_catalog
+
+    catalog = sql_catalog("lake", lake, monkeypatch)
     features = pq.read_table(lake / "features")
     catalog.create_table("sales.features", schema=features.schema).append(features)
     _sh(block(RUN[10]), lake)

@@ -111,8 +111,8 @@ def score_parquet(
     if not runner.local:
         check_outside_process(engine, source_url, str(output))
     registry_url = [] if isinstance(registry, ModelStore) else [root_url(registry)]
-    located = [storage_url(source_url), storage_url(str(output))]  # an Iceberg table's files
-    stores = store_config(storage_options, [*located, *registry_url])
+    located = storage_url(str(output))  # an Iceberg table's files: its location
+    stores = store_config(storage_options, [storage_url(source_url), located, *registry_url])
     with configured(stores), output_failures(str(output)):
         source = resolve_model(model, registry=registry, device=device, backend=backend,
                                strategy=strategy, local=runner.local)  # fmt: skip
@@ -126,7 +126,7 @@ def score_parquet(
             if source_spec.incremental
             else None
         )
-        lease = OutputLease(str(output), location=storage_url(str(output)))
+        lease = OutputLease(str(output), location=located)
         try:
             planned = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
                                verify=watch.verify, engine=runner, device=device,

@@ -13,7 +13,7 @@ import fsspec
 import pyarrow as pa
 
 from .._dataset import InputDataset, glob_base, open_input
-from .._iceberg import is_iceberg, storage_url
+from .._iceberg import storage_url
 from .._publish import Publisher
 from .._publish_delta import open_delta
 from .._publish_folder import open_folder
@@ -116,8 +116,7 @@ def output_failures(output: str) -> Iterator[None]:
         yield
     except OSError as exc:
         path = str(exc.filename or "")
-        where = output if not is_iceberg(output) else storage_url(output)
-        root = fsspec.core.url_to_fs(where)[1].rstrip("/")
+        root = fsspec.core.url_to_fs(storage_url(output))[1].rstrip("/")
         if isinstance(exc, ScoringError) or not path or not path.startswith(root):
             raise
         raise OutputError(
