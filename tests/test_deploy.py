@@ -98,11 +98,12 @@ def _documented_exit_statuses() -> list[int]:
 #: What the Job should do on each exit status of `scoring run`.
 EXPECTED = {
     0: "succeeds",
-    1: "retry, counted",  # may pass on a retry (a store's hiccup); a bad input fails after
+    1: "retry, counted",  # may pass on a retry (a store's hiccup, an unreadable file)
     2: "FailJob",  # a bad option or job file
     3: "FailJob",  # the plan cannot meet the deadline
     4: "FailJob",  # finished after the deadline: complete, but the window was missed
     5: "FailJob",  # a [checks] breach: nothing published
+    6: "FailJob",  # the input does not fit the model: a retry reads the same rows
     130: "Ignore",  # SIGINT: stopped, resumed by the next pod
     143: "Ignore",  # SIGTERM: drained or evicted
 }
@@ -201,6 +202,11 @@ def test_the_containerfile_builds_what_the_docs_say() -> None:
         "optional-dependencies"
     ]
     assert set(extras.group(1).split(",")) <= set(defined)
+    cuda = re.search(r"^ARG CUDA_EXTRAS=(.+)$", text, flags=re.M)
+    assert cuda is not None and set(cuda.group(1).split(",")) <= set(defined)
+    # The GPU kernels' cache: warmed where the build sees a GPU, writable by the user.
+    assert "TRITON_CACHE_DIR=/opt/scoring/cache/triton" in text
+    assert "chown -R 10001:10001 /opt/scoring/cache/triton" in text
     torch = re.search(r"^ARG TORCH_VERSION=(.+)$", text, flags=re.M)
     pinned = re.search(r"^TORCH_VERSION \?= (.+)$", (ROOT / "Makefile").read_text(), re.M)
     assert torch is not None and pinned is not None and torch.group(1) == pinned.group(1)

@@ -280,6 +280,14 @@ def test_the_demo_succeeds_and_writes_its_report_and_its_job_file_plans(
     assert json.loads(report.with_suffix(".json").read_text())["rows"] == 40_000
     planned = runner.invoke(app, ["plan", str(JOBS / "demo.toml")])
     assert planned.exit_code == 0 and "rows: 40,000 in 8 file(s)" in planned.output
+    # The demo's model is models/demo/'s declaration, applied: applied again, it matches.
+    registry = tmp_path / ".local/share/scoring"
+    assert "registered demo-reference@1" in said.output
+    applied = runner.invoke(app, ["models", "apply", str(JOBS.parent / "models" / "demo"),
+                                  "--registry", str(registry)])  # fmt: skip
+    assert applied.exit_code == 0, applied.output
+    assert applied.stdout == "" and "the registry matches them" in applied.stderr
+    assert scoring.Registry(registry).get("demo-reference@production").verified
 
 
 def test_clock_deadlines() -> None:

@@ -19,6 +19,12 @@ import pytest
 import scoring
 from scoring._catalog import reference_profile
 from scoring._engines import plan
+from scoring._engines.placement import (
+    PLACEMENT_ONLY,
+    placement_only,
+    scoring_device,
+    worker_label,
+)
 from scoring._engines.ray_cluster import check_fits
 from scoring._frameworks import import_model
 from scoring.errors import ConfigError, MissingColumnError, OutputError, ScoringError
@@ -69,6 +75,27 @@ def test_no_actor_asks_for_more_cpus_than_a_node_has() -> None:
     assert (asked.workers, asked.num_cpus) == (1, 4.0)
     with pytest.raises(ConfigError, match="num_cpus=3 per actor, but the largest node"):
         check_fits(dataclasses.replace(two_nodes, num_cpus=3.0), [1.0, 1.0])
+
+
+def test_a_worker_scores_on_the_gpu_its_cluster_gave_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray sets an actor's CUDA_VISIBLE_DEVICES to its GPUs: GPU 3 is its cuda:0.  A
+    Spark executor may see several, and its task takes the one it was given."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert scoring_device("cuda", ["3"]) == "cuda:0"
+    assert scoring_device("auto", ["3"]) == "cuda:0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert scoring_device("cuda", ["3"]) == "cuda:1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert scoring_device("cuda", ["1"]) == "cuda:1"
+    assert scoring_device("auto", []) == "cpu" and scoring_device("cuda", []) == "cuda"
+    assert scoring_device("cuda:2", ["1"]) == "cuda:2" and scoring_device("cpu", ["1"]) == "cpu"
+    assert scoring_device("cuda", ["1"], placement=True) == "cpu"
+    assert worker_label(["0", "1"]).endswith(f":{os.getpid()} gpu 0,1")
+    assert worker_label([], process=False) == socket.gethostname()
+    monkeypatch.setenv(PLACEMENT_ONLY, "1")
+    assert placement_only()
+    monkeypatch.setenv(PLACEMENT_ONLY, "0")
+    assert not placement_only()
 
 
 @pytest.mark.parametrize("name", ["xgb_multi", "lgb_cat_frame", "sk_rf_clf"])

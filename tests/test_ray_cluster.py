@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
+from scoring._engines.placement import PLACEMENT_ONLY
 from scoring.errors import ConfigError
 
 from .test_object_store import read_s3, write_s3_input
@@ -40,15 +41,18 @@ pytest.importorskip("ray")
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 RAY = str(Path(sys.executable).parent / "ray")
 SCORING = str(Path(sys.executable).parent / "scoring")
+GPUS_PER_NODE = 2
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    """Two one-CPU nodes on 127.0.0.1 sharing the driver's token: the address."""
+    """Two nodes on 127.0.0.1 of one CPU and two logical GPUs each (as ``ray start
+    --num-gpus`` declares them on any machine), sharing the driver's token: the address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", f"--num-gpus={GPUS_PER_NODE}",
+              "--disable-usage-stats"]  # fmt: skip
     temp = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths have a limit
     if os.environ["RAY_AUTH_MODE"] == "token":  # as a local ray.init() does when none exists
         _ray("get-auth-token", "--generate")
@@ -79,10 +83,11 @@ def test_the_default_plan_scores_on_two_one_cpu_nodes(ray_cluster: str, tmp_path
     model, X = model_frame("lgb_clf", rows=30_000)
     frame = write_input(X, tmp_path / "in", files=4)
     result = scoring.score_parquet(
-        tmp_path / "in", tmp_path / "out", model, engine="ray", keep=["id"],
+        tmp_path / "in", tmp_path / "out", model, engine="ray", keep=["id"], device="cpu",
         engine_options={"address": ray_cluster}, progress=False,
     )  # fmt: skip
-    # It finishes (an actor of two CPUs, planned from the cluster's total, waited forever).
+    # The CPU plan (the nodes' GPUs are logical ones).  It finishes (an actor of two
+    # CPUs, planned from the cluster's total, waited forever).
     assert result.rows == 30_000 and sum(result.workers.values()) == 30_000
     out = pq.read_table(tmp_path / "out").to_pandas()
     np.testing.assert_array_equal(out["id"], frame["id"])  # every row once, in file order
@@ -99,7 +104,7 @@ def test_an_actor_larger_than_every_node_is_refused_at_once(
     options: dict[str, Any] = {"address": ray_cluster, "num_cpus": 2}
     with pytest.raises(ConfigError, match="largest node of the Ray cluster") as refused:
         scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="ray",
-                              engine_options=options, progress=False)  # fmt: skip
+                              device="cpu", engine_options=options, progress=False)  # fmt: skip
     assert "\n" not in str(refused.value)
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
@@ -131,6 +136,7 @@ model = "churn@1"
 input = "{s3_bucket}/in"
 output = "{s3_bucket}/out"
 engine = "ray"
+device = "cpu"
 keep = ["id"]
 registry = "{s3_bucket}/registry"
 registry_db = "{postgres_url}"
@@ -185,4 +191,90 @@ def _held_and_journaled(hold: Path, journal: str, driver: subprocess.Popen[bytes
         if driver.poll() is not None:
             output = driver.stdout.read().decode()[-3000:] if driver.stdout else ""
             pytest.fail(f"the first run ended before the kill: {output}")
+        time.sleep(0.05)
+
+
+def _cuda_job(tmp_path: Path, address: str, *, files: int) -> tuple[Path, Any, Any]:
+    """A job scoring ``files`` files on ``device = "cuda"``: its file, the input frame
+    and the features."""
+    model, X = model_frame("xgb_clf", rows=4000 * files)
+    frame = write_input(X, tmp_path / "in", files=files)
+    scoring.Registry(tmp_path / "registry").register("churn", model)
+    job = tmp_path / "job.toml"
+    job.write_text(f"""
+name = "nightly"
+model = "churn@1"
+input = "{tmp_path / "in"}"
+output = "{tmp_path / "out"}"
+registry = "{tmp_path / "registry"}"
+engine = "ray"
+device = "cuda"
+keep = ["id"]
+
+[ray]
+address = "{address}"
+""")
+    return job, frame, X
+
+
+#: The driver's environment for a job on the logical GPUs: placed on them, scored on CPU.
+PLACED = {**os.environ, PLACEMENT_ONLY: "1"}
+
+
+def test_a_cuda_job_runs_one_actor_per_gpu_each_named_by_its_gpu(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    job, frame, X = _cuda_job(tmp_path, ray_cluster, files=8)
+    done = subprocess.run([SCORING, "run", str(job), "--no-progress"], env=PLACED,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    workers = report["workers"]
+    # Four actors (two nodes of two GPUs), each holding one GPU: two processes per node
+    # name GPU 0 and 1 of theirs, and each scored rows.
+    assert len(workers) == 2 * GPUS_PER_NODE, workers
+    assert sorted(w.rsplit(" gpu ", 1)[1] for w in workers) == ["0", "0", "1", "1"], workers
+    assert all(w["rows"] > 0 for w in workers.values())
+    assert sum(w["rows"] for w in workers.values()) == len(frame)
+    assert report["device"] == "cpu"  # placement only: what the actors ran on
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    np.testing.assert_array_equal(out["id"], frame["id"])  # every row once, in file order
+    assert_native_parity(out, "xgb_clf", X)
+
+
+def test_an_actor_killed_mid_run_leaves_every_row_once(ray_cluster: str, tmp_path: Path) -> None:
+    """An actor (one GPU's worker) is killed after journaling its first file, while the
+    other actors hold after theirs: the run goes on without it and publishes every row
+    once."""
+    job, frame, X = _cuda_job(tmp_path, ray_cluster, files=12)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    first = subprocess.Popen(
+        [sys.executable, "-c", HELD_RUN, str(hold), "run", str(job), "--no-progress"],
+        env=PLACED, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        victim = _first_holder(hold, first)
+        os.kill(victim, signal.SIGKILL)
+    finally:
+        (hold / "release").touch()
+    said = first.communicate()[0].decode()
+    assert first.returncode == 0, said[-3000:]
+    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")  # part-10 < part-2
+    np.testing.assert_array_equal(out["id"], frame["id"])  # every row exactly once
+    assert_native_parity(out.reset_index(drop=True), "xgb_clf", X)
+    report = json.loads((tmp_path / "out" / "_scoring_report.json").read_text())
+    assert not any(w.split()[0].endswith(f":{victim}") for w in report["workers"])
+    assert sum(w["rows"] for w in report["workers"].values()) == len(frame)
+
+
+def _first_holder(hold: Path, driver: subprocess.Popen[bytes]) -> int:
+    """The pid of the first actor holding after its first journaled file."""
+    while True:
+        held = [p.name for p in hold.iterdir() if p.name.isdigit()]
+        if held:
+            return int(held[0])
+        if driver.poll() is not None:
+            output = driver.stdout.read().decode()[-3000:] if driver.stdout else ""
+            pytest.fail(f"the run ended before an actor held: {output}")
         time.sleep(0.05)

@@ -144,3 +144,14 @@ def test_a_refused_run_renders_why_and_what_a_rerun_does(reports: Path) -> None:
     assert "REFUSED: the plan misses the deadline; nothing was scored" in dom
     assert "NOT feasible" in dom and "a rerun is planned again" in dom
     assert not list((reports / "out-refused").glob("*.parquet"))
+
+
+def test_input_files_an_engine_s_own_committer_wrote_render_without_outputs(
+    reports: Path,
+) -> None:
+    """Spark's committer writes part files of its own: the manifest records each input
+    file's rows, with no output file or bytes of its own (this crashed the report)."""
+    data = json.loads((reports / "out-clean" / "_scoring_report.json").read_text())
+    data["files"] = [{"relpath": "part-0.parquet", "rows": 1200, "bytes": None, "output": None}]
+    page = render_html(data)
+    assert "<td>part-0.parquet</td><td class='n'>1,200</td><td>-</td><td>-</td>" in page

@@ -476,7 +476,9 @@ def test_bad_input_fails_with_one_line_and_publishes_nothing(tmp_path: Path, pro
         "--registry",
         str(tmp_path / "reg"),
     )
-    assert out.exit_code == 1, out.output
+    # 6: the input does not fit the model, and a retry reads the same rows; 1: it may pass.
+    code = {"missing": 6, "text": 6, "corrupt": 1, "empty": 6, "alias": 1, "keep": 6}[problem]
+    assert out.exit_code == code, out.output
     message = out.stderr.strip()
     assert "\n" not in message and "Traceback" not in message
     expected = {"missing": "'feat_3'", "text": "'feat_2'", "corrupt": "part-1.parquet",

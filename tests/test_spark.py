@@ -278,33 +278,13 @@ def test_task_gpu_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(TaskContext, "get", staticmethod(lambda: Context()))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     assert task_device("auto") == "cuda:1"  # the 2nd visible device
+    assert task_device("cuda") == "cuda:1"  # the task's GPU, not the process's first
+    assert task_device("cuda", placement=True) == "cpu"  # placed on it, scored on CPU
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert task_device("auto") == "cuda:3"
     assert task_device("cpu") == "cpu"
     monkeypatch.setattr(TaskContext, "get", staticmethod(lambda: None))
     assert task_device("auto") == "cpu"
-
-
-def test_spark_submit_entry_point(tmp_path: Path, registry: Any) -> None:
-    import os
-    import subprocess
-    import sys
-
-    _, X = model_frame("xgb_clf", rows=1000)
-    write_input(X, tmp_path / "in", files=2)
-    submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    args = [str(submit), "--master", "local[2]", str(JOBS / "spark_score.py"),
-            "--model", "xgb_clf@1", "--registry", str(registry.uri), "--input",
-            str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--keep", "id"]  # fmt: skip
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ours = [line for line in (done.stdout + done.stderr).splitlines() if "scor" in line]
-    assert any("1,000 rows" in line for line in ours), ours
-    assert (tmp_path / "out" / "_SUCCESS").exists()
-    out = pq.read_table(tmp_path / "out").to_pandas().sort_values("id")
-    np.testing.assert_allclose(out["probability"], native_columns("xgb_clf", X)["probability"],
-                               rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 def test_score_dataframe_with_several_models_matches_the_local_engine(

@@ -2,8 +2,8 @@
 proven on a machine without a GPU.
 
 * Under Triton's interpreter the kernel equals walk.cpp bit for bit, sums and leaf ids,
-  on every recipe, with the parity probes as rows (tests/triton_parity.py, in a process
-  of its own with ``TRITON_INTERPRET=1``).
+  on every recipe, with the parity probes as rows (tests/triton_parity.py, in processes
+  of their own with ``TRITON_INTERPRET=1``, the recipes split over two cores).
 * Every variant builds for sm_80 and sm_90 with no register spills and no fused
   multiply-add in its PTX (benchmarks/results/triton_registers.md has the counts).
 * The schedule is the fastest candidate measured, within its time budget.
@@ -39,11 +39,23 @@ _THROUGH_COMPILE = ["xgb_multi", "xgb_vector_leaves", "xgb_booster_cat", "lgb_ca
 
 
 def _interpreted(*args: str) -> dict[str, list[str]]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-m", "tests.triton_parity", *args], cwd=_ROOT,
-                          env=env, capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    found: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    """tests/triton_parity.py on ``args``: the recipes split over one process per core
+    (two here), as the interpreter runs on one."""
+    flags = [a for a in args if a.startswith("--")]
+    names = [a for a in args if not a.startswith("--")]
+    parts = max(1, min(os.cpu_count() or 1, 2, len(names)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "tests.triton_parity", *flags]
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    started = [
+        subprocess.Popen([*command, *names[i::parts]], cwd=_ROOT, env=env, text=True, **pipes)
+        for i in range(parts)
+    ]
+    found: dict[str, list[str]] = {}
+    for process in started:
+        out, err = process.communicate()
+        assert process.returncode == 0, err[-3000:]
+        found.update(json.loads(out.strip().splitlines()[-1]))
     return found
 
 

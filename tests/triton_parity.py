@@ -39,23 +39,27 @@ def rows_for(forest: Forest) -> list[torch.Tensor]:
 
 
 def schedules(forest: Forest) -> list[TritonSchedule]:
-    """No top and a top as deep as the forest allows; one program, several with a short
-    last one; rows as given and feature-major."""
+    """No top, a top of one level and one as deep as the forest allows; one program, and
+    several with a short last one; rows as given and feature-major.  The interpreter's
+    cost is programs x trees x levels, so each schedule has as few programs as that
+    takes."""
     deep = min(forest.max_depth, MAX_TOP)
-    return [TritonSchedule(0, 1024, 1, False), TritonSchedule(deep, 128, 1, True),
-            TritonSchedule(min(1, deep), 256, 1, False)]  # fmt: skip
+    return [TritonSchedule(0, 1024, 1, False), TritonSchedule(deep, 256, 1, True),
+            TritonSchedule(min(1, deep), 1024, 1, False)]  # fmt: skip
 
 
 def differences(forest: Forest) -> list[str]:
     eager, _ = compile_forest(forest, device=torch.device("cpu"), strategy="tree_traversal")
     reference = GenericWalk(forest, acc=eager.acc_dtype, schedule=Schedule(0, 0, 16, False))
     found = []
-    for x in rows_for(forest):
+    for i, x in enumerate(rows_for(forest)):
         x = eager._snapped(x)
         start = eager._start(x).contiguous()
         sums = reference.sums(x, start).numpy()
         leaves = eager.leaf_ids(x).numpy()
-        for schedule in schedules(forest):
+        # float32 values read as float64 (the second set): the first schedule suffices,
+        # as the walk's reading of them does not depend on the schedule.
+        for schedule in schedules(forest)[: None if i == 0 else 1]:
             walk = TritonWalk(forest, acc=eager.acc_dtype, device=torch.device("cpu"),
                               schedule=schedule)  # fmt: skip
             got = walk.sums(x, start).numpy()

@@ -199,7 +199,7 @@ class ScoreReport:
             f"model {self.model} on {self.backend}/{self.strategy or '-'} {self.device}, "
             f"{self.files} file(s) -> {self.output}"
             + (f" ({self.rows_skipped:,} rows resumed)" if self.rows_skipped else "")
-            + (f"; rows per worker: {self._per_worker()}" if self.engine == "ray" else "")
+            + (f"; rows per worker: {self._per_worker()}" if not self._one_process() else "")
             + (f"; {self.changes['said']}" if self.changes is not None else "")
         )
 
@@ -209,6 +209,9 @@ class ScoreReport:
         order = ("read", "prepare", "kernel", "outputs", "write")
         found = [f"{k} {self.stages[k]:.1f} s" for k in order if k in self.stages]
         return f"busy (stages overlap): {', '.join(found)}" if found else ""
+
+    def _one_process(self) -> bool:
+        return self.engine not in ("ray", "spark")
 
     def _per_worker(self) -> str:
         return ", ".join(f"{w} {n:,}" for w, n in sorted(self.workers.items())) or "-"

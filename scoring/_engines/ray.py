@@ -6,7 +6,8 @@ engine pipeline (reading, scoring and writing overlapped), feeds it its files as
 come and writes into the shared staging area, so the commit is the local engine's: a
 retried task or a restarted actor rewrites the same staged file under a fresh temporary
 name, and the journal, not the tasks' return values, decides what is published. Data
-never passes through the object store; actors read the files where they are. Workers get
+never passes through the object store; actors read the files where they are. An actor
+is named by its host, process and GPUs (:mod:`scoring._engines.placement`). Workers get
 the model as a bundle through the object store and check its sha256 before compiling it
 (once per process). A file that fails in an actor comes back as a record, and the driver
 raises its error as it was (ours, or the OS error naming the path), never Ray Data's
@@ -42,6 +43,7 @@ from .._stores import install
 from ..errors import EngineError, ScoringError, cause_line, translated
 from .base import ModelSource, Run, Scored, job_options, register
 from .local import FileFeed, file_lanes, run_local
+from .placement import placement_only, scoring_device, worker_label
 from .plan import RunPlan
 from .ray_cluster import (
     WorkerPlan,
@@ -51,7 +53,6 @@ from .ray_cluster import (
     node_cpus,
     patient,
     plan_workers,
-    worker_name,
 )
 
 __all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions"]
@@ -81,6 +82,7 @@ class _Spec:
     bundle: tuple[Any]
     threads: int
     lanes: int = 1
+    placement: bool = False  # GPUs place the actors, the CPU scores (see .placement)
 
 
 class _FileWorker:
@@ -95,15 +97,19 @@ class _FileWorker:
     """
 
     def __init__(self, spec: _Spec):
+        import ray
+
         plan, how = spec.plan, spec.plan.score
         install(plan.stores)  # for this actor's lifetime: it scores this run only
-        model = load_bundle(spec.bundle, device=how.device, backend=how.backend,
+        gpus = [str(g) for g in ray.get_gpu_ids()]  # CUDA_VISIBLE_DEVICES is set to them
+        device = scoring_device(how.device, gpus, placement=spec.placement)
+        model = load_bundle(spec.bundle, device=device, backend=how.backend,
                             strategy=how.strategy, threads=spec.threads)  # fmt: skip
         scorer = scorer_for(model, keep=list(how.keep), outputs=how.outputs)
         metadata = model.output_metadata()
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(replace(plan, schema=plan.schema.with_metadata(metadata)), model, scorer)
-        self.name = worker_name()
+        self.name = worker_label(gpus)
         self.lanes = spec.lanes
         self.lock = threading.Lock()
         self.feed: FileFeed | None = None  # the running pipeline's, None when there is none
@@ -213,6 +219,7 @@ class RayEngine:
             bundle=(ray.put(source.shipped().to_bytes()),),
             threads=plan.threads,
             lanes=options.files_at_once or file_lanes(plan.threads),
+            placement=placement_only(),
         )
         tally = _Tally()
         todo = run.todo

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +33,6 @@ __all__ = [
     "node_cpus",
     "patient",
     "plan_workers",
-    "worker_name",
 ]
 
 #: CPU threads a CPU-only actor gets: tree scoring scales well to about this many.
@@ -189,7 +187,3 @@ def load_bundle(ref: tuple[Any], *, device: str, backend: str, strategy: str = "
         torch.set_num_threads(threads)
     bundle = load_payload(ray.get(ref[0]))  # raises IntegrityError on a bad payload
     return compiled(bundle, device=device, backend=backend, strategy=strategy)
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"

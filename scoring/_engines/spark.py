@@ -10,7 +10,9 @@ files are moved into place and ours follows the manifest, as for the other engin
 
 The model travels as a bundle in a broadcast and is checked by sha256 on the executors;
 compiled models are cached per Python worker.  A task's GPU comes from
-``TaskContext.resources()["gpu"]``; without one the model runs on CPU.
+``TaskContext.resources()["gpu"]``; without one the model runs on CPU.  Rows are
+counted per GPU address (per Python worker without GPUs), and each (backend, strategy,
+device) the tasks chose is recorded.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .base import (
     count_batch,
     register,
 )
+from .placement import placement_only, scoring_device, worker_label
 from .plan import ScoreSpec
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "local_session",
     "score_frame",
     "task_device",
+    "task_gpus",
     "tune_session",
     "worker_model",
 ]
@@ -106,28 +110,33 @@ def tune_session(spark: Any) -> str:
     return kind
 
 
-def task_device(requested: str) -> str:
-    """``requested`` unless it is "auto": then the GPU Spark gave this task (as a device
-    index among ``CUDA_VISIBLE_DEVICES`` when that is set), else the CPU."""
-    if requested != "auto":
-        return requested
+def task_gpus() -> list[str]:
+    """The GPU addresses Spark gave the running task (none outside a task)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     gpus = context.resources().get("gpu") if context is not None else None
-    if gpus is None or not gpus.addresses:
+    return list(gpus.addresses) if gpus is not None else []
+
+
+def task_device(requested: str, *, placement: bool = False) -> str:
+    """The device a task compiles for: ``cpu`` as asked; ``auto`` and ``cuda`` the GPU
+    Spark gave this task (an index among ``CUDA_VISIBLE_DEVICES`` when that lists it),
+    ``auto`` without one the CPU; ``placement``: the GPU placed the task, the CPU scores
+    (see :mod:`scoring._engines.placement`)."""
+    if requested == "cpu" or placement:
         return "cpu"
-    address = gpus.addresses[0]
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
-    index = visible.index(address) if address in visible else int(address)
-    return f"cuda:{index}"
+    return scoring_device(requested, task_gpus())
 
 
-def worker_model(payload: Any, *, device: str, backend: str, strategy: str = "auto") -> Scoring:
+def worker_model(
+    payload: Any, *, device: str, backend: str, strategy: str = "auto", placement: bool = False
+) -> Scoring:
     """The broadcast bundle (or a set's), checksum verified, compiled once per Python
     worker for each (model sha256, backend, strategy, device)."""
     bundle = load_payload(payload.value)  # raises IntegrityError on a bad payload
-    return compiled(bundle, device=task_device(device), backend=backend, strategy=strategy)
+    chosen = task_device(device, placement=placement)
+    return compiled(bundle, device=chosen, backend=backend, strategy=strategy)
 
 
 def score_frame(
@@ -137,8 +146,8 @@ def score_frame(
     run plan's, or one made for a DataFrame): the kept columns, then the model's output
     columns.  Columns are checked here, on the driver.  ``ran``: an accumulator of
     :class:`Tally` the tasks add their rows to, under the backend, strategy and device
-    they chose; ``counted``: one of :class:`DriftTally` they add their rows counted
-    into the monitor's bins to."""
+    they chose and their worker (:func:`~.placement.worker_label`); ``counted``: one of
+    :class:`DriftTally` they add their rows counted into the monitor's bins to."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     kept, outputs, monitor = list(how.keep), how.outputs, how.monitor
@@ -148,9 +157,11 @@ def score_frame(
     target = pa.schema([*to_arrow_schema(df.select(*kept).schema), *scorer.output_schema])
     tune_session(df.sparkSession)
     payload = df.sparkSession.sparkContext.broadcast(source.shipped().to_bytes())
+    placement = placement_only()  # the driver's setting, shipped with the function
 
     def score(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        cm = worker_model(payload, device=how.device, backend=how.backend, strategy=how.strategy)
+        cm = worker_model(payload, device=how.device, backend=how.backend,
+                          strategy=how.strategy, placement=placement)  # fmt: skip
         worker = scorer_for(cm, keep=kept, outputs=outputs)
         rows, drift = 0, None
         for batch in batches:
@@ -159,8 +170,10 @@ def score_frame(
             if monitor is not None:
                 drift = merge(drift, count_batch(monitor, worker, batch, table))
             yield from table.cast(target).to_batches()
-        if ran is not None:
-            ran.add({(cm.backend, cm.strategy or "", str(cm.device)): rows})
+        if ran is not None:  # a task's GPU, not its Python worker, is the worker
+            gpus = task_gpus()
+            who = worker_label(gpus, process=not gpus)
+            ran.add({(cm.backend, cm.strategy or "", str(cm.device), who): rows})
         if counted is not None and drift is not None:
             counted.add(drift)
 
@@ -234,20 +247,23 @@ class SparkEngine:
             writer = writer.partitionBy(*partitions)
         _with_progress(spark, lambda: writer.parquet(output), run, progress)
         # Executors choose their own device and backend: record what they chose.
-        chosen = sorted(ran.value) or [(plan.score.backend, "", plan.score.device)]
+        chosen = sorted(ran.value) or [(plan.score.backend, "", plan.score.device, "")]
         metadata = {**run.model.output_metadata(), **{
             f"scoring.{part}": "+".join(dict.fromkeys(c[i] for c in chosen))
             for i, part in enumerate(("backend", "strategy", "device"))
         }}  # fmt: skip
+        workers: dict[str, int] = {}
+        for key, rows in ran.value.items():
+            workers[key[3]] = workers.get(key[3], 0) + rows
         counts = drift.value if drift is not None and drift.value else None
-        return Scored(None, {}, metadata, drift_counts=counts)
+        return Scored(None, workers, metadata, drift_counts=counts)
 
 
 ENGINE = register(SparkEngine())
 
 
 class Tally:
-    """Rows per (backend, strategy, device) the tasks scored with, summed on the driver
+    """Rows per (backend, strategy, device, worker) of the tasks, summed on the driver
     (a PySpark ``AccumulatorParam``, without importing PySpark before it is used)."""
 
     def zero(self, value: dict[Any, int]) -> dict[Any, int]:

@@ -21,7 +21,8 @@ HELP = (
     "GPU batch scoring of tree ensembles.\n\n"
     "Exit status: 0 success; otherwise a one-line reason on stderr and 1 the command "
     "failed, 2 a usage error, 3 a job's deadline cannot be met (plan, run), 4 a job "
-    "finished after its deadline, 5 a job's checks failed (nothing published), 130 or 143 "
+    "finished after its deadline, 5 a job's checks failed (nothing published), 6 the input "
+    "does not fit the model (a column missing or not numeric, a value refused), 130 or 143 "
     "stopped by Ctrl-C or SIGTERM.\n\n"
     "--debug (or SCORING_DEBUG=1) shows the traceback of an unexpected error."
 )

@@ -128,9 +128,9 @@ STOPPED = {KeyboardInterrupt: ("SIGINT", 130), Terminated: ("SIGTERM", 143)}
 @contextmanager
 def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[None]:
     """Turn an error into its one-line reason on stderr and exit status 1 (2 for a usage
-    mistake); the traceback of an unexpected one only with ``--debug``.  Ctrl-C and
-    SIGTERM stop the command with 130 and 143, saying what was done (``written``: a run
-    that a rerun resumes)."""
+    mistake, 6 for an input that does not fit the model); the traceback of an unexpected
+    one only with ``--debug``.  Ctrl-C and SIGTERM stop the command with 130 and 143,
+    saying what was done (``written``: a run that a rerun resumes)."""
     with _terminable() as received:
         try:
             yield
@@ -142,7 +142,7 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
         except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
             raise fail(command, _one_line(exc), code=2) from None
         except ScoringError as exc:
-            raise fail(command, _one_line(exc)) from None
+            raise fail(command, _one_line(exc), code=_status(exc)) from None
         except (typer.Exit, typer.Abort, typer.TyperException):  # the command's own exits
             raise
         except OSError as exc:  # disk full, no permission, a file gone from under us
@@ -156,6 +156,13 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
             hint = "rerun with --debug (or SCORING_DEBUG=1) for the traceback"
             reason = f"unexpected {type(exc).__name__}: {_one_line(exc)}; {hint}"
             raise fail(command, reason) from None
+
+
+def _status(exc: ScoringError) -> int:
+    """1, or 6 when the input does not fit the model: a retry would read the same rows."""
+    from ..jobs._runner import EXIT_FAILED, EXIT_INPUT, exit_code
+
+    return EXIT_INPUT if exit_code(exc) == EXIT_INPUT else EXIT_FAILED
 
 
 def _stopped(signal_name: str, written: RowsWritten | None) -> str:

@@ -1,7 +1,8 @@
 """``scoring demo``: the main job end to end on the embedded defaults.
 
-Trains the reference model (XGBoost, 500 trees of depth 8, 28 features), registers it
-with a sample in the default registry, writes Parquet input, runs the demo job
+Trains the reference model (XGBoost, 500 trees of depth 8, 28 features), writes it and
+a sample as ``models/demo/demo-reference.toml`` declares them and applies that to the
+default registry (a rerun registers nothing new), writes Parquet input, runs the demo job
 (``jobs/demo.toml``: plan, local engine, drift checks, report) and prints the plan, the
 summary, the report's path and the parity of the published scores with the native
 predictor.
@@ -21,7 +22,9 @@ from ._common import REGISTRY_OPTION, fail, messages, reported
 if TYPE_CHECKING:  # imported where the demo runs: ``--help`` loads none of them
     import numpy as np
 
-__all__ = ["demo"]
+    from .._declared import Declared
+
+__all__ = ["demo", "demo_model"]
 
 FILES = 8
 SAMPLE_ROWS = 10_000  # registered with the model: verified on, profiled for drift
@@ -43,6 +46,7 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     import pandas as pd
 
     from .._catalog import Registry
+    from .._declared import apply
     from .._registry import default_root
     from ..errors import DeadlineError
     from ..jobs import EXIT_INFEASIBLE, JobSpec, run_job
@@ -50,21 +54,24 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
 
     start = time.perf_counter()
     reg = Registry(registry)
+    work = Path(reg.store.root if reg.store.is_local else default_root()) / "demo"
+    fresh_folder(work, owner="scoring demo")  # the demo's own files, rebuilt every run
     messages.print(f"training the reference model {DEMO_RECIPE.name} ...")
     model = DEMO_RECIPE.build()
     sample, _ = make_data(DEMO_RECIPE, seed=0, n_rows=SAMPLE_ROWS)  # training's distribution
     names = [f"f{j}" for j in range(sample.shape[1])]
+    declared = demo_model(work)
+    (work / "model").mkdir()
+    model.save_model(declared.versions[0].source)
     frame = pd.DataFrame(np.asarray(sample, dtype=np.float32), columns=names)
-    mv = reg.register("demo-reference", model, description="scoring demo: XGBoost 500x8",
-                      sample=frame)  # fmt: skip
-    reg.set_alias("demo-reference", "production", mv.version)
+    frame.to_parquet(declared.versions[0].sample, index=False)
+    new = any(change.action == "register" for change in apply(reg, [declared]))
+    mv = reg.get("demo-reference@production")
     check = mv.verification["cpu"]
     messages.print(
-        f"registered {mv.ref} in {reg.uri} (verification on cpu: "
-        f"{'passed' if check.passed else 'FAILED'}, max error {check.max_error:.1e})"
+        f"{'registered' if new else 'found'} {mv.ref} in {reg.uri} (verification on "
+        f"cpu: {'passed' if check.passed else 'FAILED'}, max error {check.max_error:.1e})"
     )
-    work = Path(reg.store.root if reg.store.is_local else default_root()) / "demo"
-    fresh_folder(work, owner="scoring demo")  # the demo's own files, rebuilt every run
     X, _ = make_data(DEMO_RECIPE, seed=1, n_rows=rows)
     _write_input(np.asarray(X, dtype=np.float32), work / "input")
     messages.print(f"wrote {rows:,} rows of Parquet to {work / 'input'}")
@@ -94,6 +101,17 @@ def _demo(*, rows: int, device: str, backend: str, registry: str | None) -> None
     messages.print(f"published scores vs XGBoost's own predict_proba: max error {error:.1e}")
     messages.print(f"demo done in {time.perf_counter() - start:.1f} s; its report (open it "
                    f"in a browser): {outcome.report_files[1]}")  # fmt: skip
+
+
+def demo_model(work: Path) -> Declared:
+    """``models/demo/demo-reference.toml`` for the demo's folder ``work`` (the
+    registry's ``demo/``): the model and sample files the demo writes, its alias."""
+    from .._declared import Declared, Version
+
+    version = Version(source=str(work / "model" / "demo-reference.json"),
+                      sample=str(work / "model" / "sample.parquet"), aliases=["production"],
+                      description="scoring demo: XGBoost 500x8")  # fmt: skip
+    return Declared(name="demo-reference", versions=[version], file="scoring demo")
 
 
 def _write_input(X: np.ndarray, path: Path) -> None:

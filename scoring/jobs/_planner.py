@@ -33,6 +33,7 @@ from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, options_for, resolve_model
 from .._engines.base import preview_changes
 from .._engines.local import dictionary_columns, parallel_calls
+from .._engines.placement import measured_on, placement_only
 from .._frameworks import mlflow_tracking
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for, set_of
 from .._registry import ModelStore
@@ -147,12 +148,14 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         source = resolve_model(spec.model_arg, registry=store, device=spec.device,
                                backend=spec.backend, strategy=spec.strategy,
                                local=engine.local)  # fmt: skip
-    # Workers score on the job's device and backend: measure that, not the checker.
+    # Workers score on the job's device and backend: measure that, not the checker (on
+    # CPU where this driver has no GPU: see measured_on).
+    timed_on = spec.device if engine.local else measured_on(spec.device)
     model = (
         source.compiled
         if engine.local
         else compile_payload(
-            source.shipped(), device=spec.device, backend=spec.backend, strategy=spec.strategy
+            source.shipped(), device=timed_on, backend=spec.backend, strategy=spec.strategy
         )
     )
     compile_seconds = time.perf_counter() - began
@@ -183,7 +186,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     if available is not None and available > fixed:
         needed = max(1, math.ceil(rows / (rate * (available - fixed))))
     plan = Plan(
-        job=spec.name, engine=spec.engine, device=str(model.device), backend=model.backend,
+        job=spec.name, engine=spec.engine, device=_device(spec, str(model.device), timed_on),
+        backend=model.backend,
         rows=rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
         startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
         estimated_seconds=estimate,
@@ -194,6 +198,14 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         changes=None if changes is None else {**changes.to_dict(), "said": changes.describe()},
     )  # fmt: skip
     return Planned(plan, source, data, _reference(store, source))
+
+
+def _device(spec: JobSpec, measured: str, timed_on: str) -> str:
+    """The plan's device: where the model was timed, and the workers' GPU when this
+    driver, having none, timed it on CPU."""
+    if spec.device.startswith("cuda") and timed_on == "cpu" and not placement_only():
+        return f"{spec.device} (timed on cpu: this driver has no GPU)"
+    return measured
 
 
 def _changes(spec: JobSpec, data: InputDataset, model: Scoring) -> Changes | None:

@@ -99,6 +99,10 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return f"<table>{cells}</table>"
 
 
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def _grid(head: list[str], rows: list[list[str]], *, bad: list[bool] | None = None) -> str:
     """A table with a header row; numbers (cells starting with a digit) right-aligned."""
     top = "".join(f"<th>{html.escape(h)}</th>" for h in head)
@@ -177,7 +181,10 @@ def _planned(data: dict[str, Any]) -> str:
 
 
 def _files(files: list[dict[str, Any]]) -> str:
-    rows = [[f["relpath"], f"{f['rows']:,}", f"{f['bytes']:,}", f["output"]] for f in files]
+    """One row per input file; an engine's own committer (Spark's) writes part files of
+    its own, so such a file has no output file or bytes of its own."""
+    rows = [[f["relpath"], f"{f['rows']:,}", _count(f["bytes"]), f["output"] or "-"]
+            for f in files]  # fmt: skip
     return _grid(["input file", "rows", "output bytes", "output file"], rows) if rows else ""
 
 

@@ -25,6 +25,7 @@ from ..errors import (
     DependencyError,
     DriftError,
     InputError,
+    InputFileError,
     OutputError,
     RegistryError,
     ScoringError,
@@ -40,6 +41,7 @@ __all__ = [
     "EXIT_CHECKS",
     "EXIT_FAILED",
     "EXIT_INFEASIBLE",
+    "EXIT_INPUT",
     "EXIT_LATE",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -48,6 +50,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INFEASIBLE, EXIT_LATE, EXIT_CHECKS = 0, 1, 2, 3, 4, 5
+#: The input does not fit the model (a column missing or not numeric, a value the
+#: framework refuses): a retry reads the same rows.  An unreadable file stays 1.
+EXIT_INPUT = 6
 log = logging.getLogger("scoring.jobs")
 #: Errors a rerun cannot fix: a configuration mistake, a model that does not compile,
 #: bad input, a refused output, an unknown model, a package that is not installed.
@@ -75,6 +80,8 @@ def exit_code(exc: BaseException) -> int:
         return EXIT_INFEASIBLE
     if isinstance(exc, DriftError):
         return EXIT_CHECKS
+    if isinstance(exc, InputError) and not isinstance(exc, InputFileError):
+        return EXIT_INPUT
     return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILED
 
 

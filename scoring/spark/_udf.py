@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .._engines.base import resolve_model
+from .._engines.placement import placement_only
 from .._engines.spark import tune_session, worker_model
 from .._inputs import feature_names
 from .._model import CompiledModel
@@ -49,11 +50,13 @@ def register_udf(
     spec = output_spec(one.forest, output)
     tune_session(spark)
     payload = spark.sparkContext.broadcast(source.shipped().to_bytes())
+    placement = placement_only()  # the driver's setting, shipped with the function
 
     def score(
         batches: Iterator[Tuple[Union[pd.Series, pd.DataFrame], ...]],  # noqa: UP006, UP007
     ) -> Iterator[pd.Series]:
-        cm = cast(CompiledModel, worker_model(payload, device=device, backend=backend))
+        chosen = worker_model(payload, device=device, backend=backend, placement=placement)
+        cm = cast(CompiledModel, chosen)
         scorer = Scorer(cm, outputs="raw" if spec.output in ("raw", "all") else "default")
         for batch in batches:
             yield spec.cut(scorer.score(_features(batch, cm.forest)))
