@@ -199,7 +199,17 @@ def test_models_list_as_json_and_a_piped_table_keeps_whole_values(
     table = runner.invoke(app, ["models", "list", "--registry", str(registry)])  # not a tty
     assert name in table.stdout and str(registry) in table.stdout
     runs = runner.invoke(app, ["runs", "--registry", str(registry)])
-    assert runs.exit_code == 0 and str(registry) in runs.stdout
+    assert runs.exit_code == 0 and runs.stdout == ""  # none yet: what to do instead
+    assert f"no runs recorded in {registry}: `scoring run JOB_FILE` records" in runs.stderr
+
+
+def test_an_empty_registry_says_how_to_fill_it(tmp_path: Path) -> None:
+    listed = runner.invoke(app, ["models", "list", "--registry", str(tmp_path / "reg")])
+    assert listed.exit_code == 0 and listed.stdout == "", listed.output
+    assert f"no models in {tmp_path / 'reg'}: register a model file" in listed.stderr
+    assert "scoring models apply models/" in listed.stderr and "scoring demo" in listed.stderr
+    as_json = runner.invoke(app, ["models", "list", "--json", "--registry", str(tmp_path / "reg")])
+    assert json.loads(as_json.stdout)["models"] == []  # a program reads an empty list
 
 
 #: A command run as ``scoring`` runs it, then the heavy modules it imported (stderr).

@@ -29,9 +29,10 @@ PUBLIC = {
     "scoring.mlflow": {"export_model", "is_mlflow_ref", "load_mlflow_model"},
     "scoring.spark": {"UDF_OUTPUTS", "local_session", "register_udf", "score_dataframe",
                       "tune_session"},
-    "scoring.jobs": {"EXIT_CHECKS", "EXIT_FAILED", "EXIT_INFEASIBLE", "EXIT_LATE", "EXIT_OK",
-                     "EXIT_USAGE", "REPORT_HTML", "REPORT_JSON", "JobOutcome", "JobSpec", "Plan",
-                     "describe_trend", "load_job", "make_plan", "run_job", "trend"},
+    "scoring.jobs": {"EXIT_CHECKS", "EXIT_FAILED", "EXIT_INFEASIBLE", "EXIT_INPUT",
+                     "EXIT_LATE", "EXIT_OK", "EXIT_USAGE", "REPORT_HTML", "REPORT_JSON",
+                     "JobOutcome", "JobSpec", "Plan", "describe_trend", "load_job", "make_plan",
+                     "run_job", "trend"},
 }  # fmt: skip
 #: What a user may import; every other module is ``_private`` (``scoring.cli`` is the
 #: command's entry point, ``scoring.cli:app``; ``scoring.recipes`` the reference models

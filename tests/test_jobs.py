@@ -259,8 +259,15 @@ def test_the_examples_command_hints_at_a_job_only_where_the_job_reads_them(
     beside = runner.invoke(app, ["examples", "--rows", "100", "--date", "2026-11-21"])
     assert "try: RUN_DATE=2026-11-21 scoring plan jobs/nightly.toml" in beside.output
     monkeypatch.setenv("RUN_DATE", "2026-11-21")
-    planned = runner.invoke(app, ["plan", "jobs/nightly.toml"])
-    assert planned.exit_code in (0, 3) and "rows: 100 in 2 file(s)" in planned.output
+    planned = runner.invoke(app, ["plan", "jobs/nightly.toml"])  # at any hour: 75m from now
+    assert planned.exit_code == 0 and "rows: 100 in 2 file(s)" in planned.output
+    assert "feasible" in planned.output and "NOT feasible" not in planned.output
+    # --deadline in place of the file's: an hour ago is refused, a bad value named.
+    passed = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%H:%M")
+    late = runner.invoke(app, ["plan", "jobs/nightly.toml", "--deadline", passed])
+    assert late.exit_code == 3 and "NOT feasible" in late.output, late.output
+    bad = runner.invoke(app, ["plan", "jobs/nightly.toml", "--deadline", "soon"])
+    assert bad.exit_code == 2 and "--deadline 'soon'" in bad.stderr, bad.output
 
 
 def test_the_demo_succeeds_and_writes_its_report_and_its_job_file_plans(
@@ -335,6 +342,10 @@ def test_impossible_deadline_exits_3_quickly_and_writes_only_its_report(
     listed = json.loads(runs.stdout)["runs"]
     recorded = [r for r in listed if r["output"] == str(tmp_path / "out")]
     assert [(r["outcome"], r["exit_code"]) for r in recorded] == [("refused", 3)]
+    # The job file finds its own registry and names its job.
+    by_file = runner.invoke(app, ["runs", str(path), "--json"], env={"SCORING_HOME": "/nowhere"})
+    assert by_file.exit_code == 0, by_file.output
+    assert [r["outcome"] for r in json.loads(by_file.stdout)["runs"]] == ["refused"]
     planned = runner.invoke(app, ["plan", str(path)])
     assert planned.exit_code == 3 and "rows: 400,000" in planned.output
 

@@ -35,7 +35,7 @@ from scoring._engines.placement import PLACEMENT_ONLY
 from scoring.errors import ConfigError
 
 from .test_object_store import read_s3, write_s3_input
-from .test_score_parquet import assert_native_parity, model_frame, write_input
+from .test_score_parquet import assert_native_parity, cuda_job, model_frame, write_input
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -195,26 +195,10 @@ def _held_and_journaled(hold: Path, journal: str, driver: subprocess.Popen[bytes
 
 
 def _cuda_job(tmp_path: Path, address: str, *, files: int) -> tuple[Path, Any, Any]:
-    """A job scoring ``files`` files on ``device = "cuda"``: its file, the input frame
-    and the features."""
-    model, X = model_frame("xgb_clf", rows=4000 * files)
-    frame = write_input(X, tmp_path / "in", files=files)
-    scoring.Registry(tmp_path / "registry").register("churn", model)
-    job = tmp_path / "job.toml"
-    job.write_text(f"""
-name = "nightly"
-model = "churn@1"
-input = "{tmp_path / "in"}"
-output = "{tmp_path / "out"}"
-registry = "{tmp_path / "registry"}"
-engine = "ray"
-device = "cuda"
-keep = ["id"]
-
-[ray]
-address = "{address}"
-""")
-    return job, frame, X
+    """A job of ``files`` files on ``device = "cuda"``: its file, input and features."""
+    table = f'[ray]\naddress = "{address}"'
+    return cuda_job(tmp_path, recipe="xgb_clf", rows=4000 * files, files=files, engine="ray",
+                    table=table)  # fmt: skip
 
 
 #: The driver's environment for a job on the logical GPUs: placed on them, scored on CPU.

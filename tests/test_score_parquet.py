@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import errno
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,31 @@ def model_frame(name: str, rows: int = 3000) -> tuple[Any, pd.DataFrame]:
         if not forest.accepts_inf(j):
             X[column] = X[column].replace([np.inf, -np.inf], np.nan)
     return model, X
+
+
+def cuda_job(
+    folder: Path, *, recipe: str, rows: int, files: int, engine: str, table: str
+) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    """A job file in ``folder`` scoring a registered ``recipe`` model on ``device =
+    "cuda"`` with ``engine``, its cluster given by ``table`` (the engine's TOML table):
+    the file, the input frame written and the features."""
+    model, X = model_frame(recipe, rows=rows)
+    frame = write_input(X, folder / "in", files=files)
+    scoring.Registry(folder / "registry").register("churn", model)
+    job = folder / "job.toml"
+    job.write_text(f"""
+name = "nightly"
+model = "churn@1"
+input = "{folder / "in"}"
+output = "{folder / "out"}"
+registry = "{folder / "registry"}"
+engine = "{engine}"
+device = "cuda"
+keep = ["id"]
+
+{table}
+""")
+    return job, frame, X
 
 
 def native_columns(name: str, X: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -530,3 +556,20 @@ def test_head_reads_what_the_scanner_reads(tmp_path: Path) -> None:
     first = next(data.batches(data.fragments[0], columns=["year", "x"], batch_rows=10))
     assert head.equals(pa.Table.from_batches([first]))
     assert head.schema.field("year").type == pa.int32() and head["year"][0].as_py() == 2025
+
+
+def test_a_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    model, X = model_frame("xgb_clf", rows=600)
+    scoring.Registry(tmp_path / "reg").register("m", model)
+    write_input(X, tmp_path / "in", files=2)
+    args = ["--model", "m@1", "--registry", str(tmp_path / "reg"), "--input",
+            str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--dry-run"]  # fmt: skip
+    out = _cli_score(*args)
+    assert out.exit_code == 0, out.output
+    plan = out.stdout
+    assert plan.startswith("plan for job 'score': engine local, "), plan
+    assert re.search(r", (native|tensor/\w+) on cpu\n", plan), plan  # backend and strategy
+    assert "rows: 600 in 2 file(s)" in plan and "workers: 1" in plan and "estimated" in plan
+    assert not (tmp_path / "out").exists()
+    bad = _cli_score(*args, "--reasons-by", "largest")
+    assert bad.exit_code == 2 and "--reasons-by" in bad.stderr, bad.output

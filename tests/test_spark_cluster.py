@@ -27,7 +27,7 @@ import scoring
 from scoring._engines.placement import PLACEMENT_ONLY
 
 from .conftest import free_ports
-from .test_score_parquet import assert_native_parity, model_frame, write_input
+from .test_score_parquet import assert_native_parity, cuda_job, model_frame, write_input
 
 pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -153,21 +153,7 @@ def _wait_for_a_committed_task(output: Path, driver: subprocess.Popen[bytes]) ->
 def _cuda_job(tmp_path: Path, master: str, *, files: int, rows: int) -> tuple[Path, Any, Any]:
     """``scoring run`` on the cluster with ``device = "cuda"``, one task per logical GPU
     (each of the executor's two tasks gets one address): the job file, frame, features."""
-    model, X = model_frame("lgb_clf", rows=rows)
-    frame = write_input(X, tmp_path / "in", files=files)
-    scoring.Registry(tmp_path / "registry").register("churn", model)
-    job = tmp_path / "job.toml"
-    job.write_text(f"""
-name = "nightly"
-model = "churn@1"
-input = "{tmp_path / "in"}"
-output = "{tmp_path / "out"}"
-registry = "{tmp_path / "registry"}"
-engine = "spark"
-device = "cuda"
-keep = ["id"]
-
-[spark]
+    table = f"""[spark]
 master = "{master}"
 
 [spark.conf]
@@ -176,8 +162,9 @@ master = "{master}"
 "spark.executor.resource.gpu.amount" = "{GPUS}"
 "spark.task.resource.gpu.amount" = "1"
 "spark.ui.enabled" = "false"
-""")
-    return job, frame, X
+"""
+    return cuda_job(tmp_path, recipe="lgb_clf", rows=rows, files=files, engine="spark",
+                    table=table)  # fmt: skip
 
 
 #: The driver's environment for a job on the logical GPUs: placed on them, scored on CPU.

@@ -26,7 +26,7 @@ from ._common import (
 if TYPE_CHECKING:
     from ..jobs import JobSpec
 
-__all__ = ["plan", "run"]
+__all__ = ["load_job_options", "plan", "run"]
 
 
 # In place of the job file's keys; SCORING_HOME and SCORING_REGISTRY_DB come after it.
@@ -34,15 +34,22 @@ _REGISTRY = typer.Option(None, "--registry", help="registry root, in place of th
 _REGISTRY_DB = typer.Option(
     None, "--registry-db", help="registry database URL, in place of the job file's registry_db"
 )
+_DEADLINE = typer.Option(
+    None, "--deadline", help="in place of the job file's deadline: a duration from the start "
+    "(45m, 1h30m) or a clock time in its timezone (01:45)",
+)  # fmt: skip
 
 
-def _load(
-    path: Path, command: str, registry: str | None, registry_db: str | None, storage: list[str]
-) -> JobSpec:
-    """The job file, with the registry options given on the command line (or in the
-    environment) in place of its own, and its storage options with those given added."""
+def load_job_options(
+    path: Path, command: str, registry: str | None, registry_db: str | None, storage: list[str],
+    *, deadline: str | None = None,
+) -> JobSpec:  # fmt: skip
+    """The job file, with the registry options and deadline given on the command line in
+    place of its own, and its storage options with those given added."""
+    from pydantic import ValidationError
+
     from ..errors import JobFileError
-    from ..jobs import EXIT_USAGE, load_job
+    from ..jobs import EXIT_USAGE, JobSpec, load_job
 
     try:
         spec = load_job(path)
@@ -51,7 +58,16 @@ def _load(
     given: dict[str, Any] = {"registry": registry, "registry_db": registry_db}
     stores = key_values(storage, command=command, option="--storage-option")
     given["storage_options"] = {**spec.storage_options, **stores}
-    return spec.model_copy(update={k: v for k, v in given.items() if v is not None})
+    spec = spec.model_copy(update={k: v for k, v in given.items() if v is not None})
+    if deadline is None:
+        return spec
+    try:  # validated as the job file's own key would be
+        JobSpec.model_validate({"name": spec.name, "model": "m", "input": "i", "output": "o",
+                                "deadline": deadline})  # fmt: skip
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise fail(command, f"--deadline {deadline!r}: {reason}", code=EXIT_USAGE) from None
+    return spec.model_copy(update={"deadline": deadline})
 
 
 def plan(
@@ -59,12 +75,14 @@ def plan(
     registry: str | None = _REGISTRY,
     registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
+    deadline: str | None = _DEADLINE,
 ) -> None:
     """Count rows, measure throughput, and say whether JOB meets its deadline (exit 3 if not)."""
     from .._progress import waiting
     from ..jobs import EXIT_INFEASIBLE, make_plan
 
-    spec = _load(job, "plan", registry, registry_db, storage_option)
+    spec = load_job_options(job, "plan", registry, registry_db, storage_option,
+                            deadline=deadline)  # fmt: skip
     loading = waiting("planning: reading footers, loading and timing the model ...",
                       console=messages)  # fmt: skip
     with reported("plan"), loading:
@@ -81,6 +99,7 @@ def run(
     registry: str | None = _REGISTRY,
     registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
+    deadline: str | None = _DEADLINE,
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
     from .._progress import waiting
@@ -89,7 +108,8 @@ def run(
     from ..jobs._report import pace_vs_io
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
-    spec = _load(job, "run", registry, registry_db, storage_option)
+    spec = load_job_options(job, "run", registry, registry_db, storage_option,
+                            deadline=deadline)  # fmt: skip
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
     written = RowsWritten()

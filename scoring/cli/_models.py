@@ -108,6 +108,13 @@ def list_models(
                   for mv in latest]  # fmt: skip
         print(json.dumps({"registry": reg.uri, "models": listed}, indent=1))
         return
+    if not latest:
+        messages.print(
+            f"no models in {reg.uri}: register a model file with `scoring models register "
+            "FILE --name NAME`, make the registry match a models/ folder with `scoring "
+            "models apply models/`, or try `scoring demo`"
+        )
+        return
     table = Table(title=f"models in {reg.uri}")
     for col in ("name", "latest", "aliases", "framework", "kind", "verified", "created"):
         table.add_column(col)

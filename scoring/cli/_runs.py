@@ -3,38 +3,61 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from ._common import (
-    REGISTRY_DB_OPTION,
-    REGISTRY_OPTION,
     STORAGE_OPTION,
     key_values,
+    messages,
     reported,
     tables,
 )
 
 __all__ = ["runs"]
 
+# Without their environment variables, so that a job file's own registry is not overridden
+# by SCORING_HOME: the store falls back on those when neither names one.
+_REGISTRY = typer.Option(
+    None, "--registry", help="registry root (default: the job file's, else $SCORING_HOME, "
+    "else the user's data directory, ~/.local/share/scoring on Linux)",
+)  # fmt: skip
+_REGISTRY_DB = typer.Option(
+    None, "--registry-db", help="registry database URL (default: the job file's "
+    "registry_db, else $SCORING_REGISTRY_DB, else SQLite in a local root)",
+)  # fmt: skip
+
 
 def runs(
-    job: str | None = typer.Argument(None, help="a job's name (default: every job)"),
+    job: str | None = typer.Argument(
+        None,
+        help="a job's name, or its job file (whose registry holds its runs); "
+        "default: every job in the registry",
+    ),
     limit: int = typer.Option(30, min=1, help="the latest runs to list"),
     as_json: bool = typer.Option(False, "--json", help="one JSON document, not a table"),
-    registry: str | None = REGISTRY_OPTION,
-    registry_db: str | None = REGISTRY_DB_OPTION,
+    registry: str | None = _REGISTRY,
+    registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
 ) -> None:
     """Every recorded run (ok, late, failed, refused), oldest first; with JOB, the trend
-    of its durations against its window."""
+    of its durations against its window.  A job file's runs are read from its own
+    registry, where scoring run recorded them."""
     from .._registry import ModelStore, describe_trend, trend
 
-    stores = key_values(storage_option, command="runs", option="--storage-option")
     with reported("runs"):
-        store = ModelStore(registry, db_url=registry_db, storage_options=stores)
+        where = _where(job, registry, registry_db, storage_option)
+        store = ModelStore(where.registry, db_url=where.registry_db,
+                           storage_options=where.storage_options)  # fmt: skip
+        job = where.name
         found = store.runs.list(job, limit=limit)
+    if not found and not as_json:
+        messages.print(_none_yet(store.uri, job))
+        return
     window = found[-1].window_seconds if found else None
     projection = trend(found, window_seconds=window) if job else None
     if as_json:
@@ -58,3 +81,36 @@ def runs(
     console.print(table)
     if projection is not None:
         console.print(describe_trend(projection), highlight=False)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Whose runs to list: a job's name (or every job) and the registry holding them."""
+
+    name: str | None
+    registry: str | None
+    registry_db: str | None
+    storage_options: dict[str, Any]
+
+
+def _where(job: str | None, registry: str | None, registry_db: str | None,
+           storage: list[str]) -> _Where:  # fmt: skip
+    """A job file names its job and its registry (the options given override it, as for
+    ``scoring run``); a name, or nothing, reads the registry the options name."""
+    if job is not None and job.endswith(".toml"):
+        from ._jobs import load_job_options
+
+        spec = load_job_options(Path(job), "runs", registry, registry_db, storage)
+        return _Where(spec.name, spec.registry, spec.registry_db, spec.storage_options)
+    stores = key_values(storage, command="runs", option="--storage-option")
+    return _Where(job, registry, registry_db, stores)
+
+
+def _none_yet(uri: str, job: str | None) -> str:
+    """What an empty history means, and where else to look."""
+    whose = f"of job {job!r} " if job else ""
+    return (
+        f"no runs {whose}recorded in {uri}: `scoring run JOB_FILE` records each run in its "
+        "job's registry; list them with `scoring runs JOB_FILE` (or --registry and "
+        "--registry-db as the job file sets them)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -158,6 +159,12 @@ def score(
         "(comma-separated); updated and deleted input rows replace or remove theirs",
     ),
     verify: bool = typer.Option(False, help=VERIFY_HELP),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="print the plan (files, rows, backend and strategy, "
+        "throughput measured on a sample, workers, estimate) and write nothing",
+    ),
     mlflow_uri: str | None = MLFLOW_URI_OPTION,
     registry: str | None = REGISTRY_OPTION,
     registry_db: str | None = REGISTRY_DB_OPTION,
@@ -175,6 +182,21 @@ def score(
     options.update(key_values(option, command="score", option="--engine-option"))
     stores = key_values(storage_option, command="score", option="--storage-option")
     use_mlflow(mlflow_uri)
+    if dry_run:  # the run as a job of its own, planned as `scoring plan` plans one
+        job: dict[str, Any] = {
+            "name": "score", "input": input, "output": output, "format": output_format,
+            "mode": mode or ("overwrite" if overwrite else None),
+            "partition_by": _columns(partition_by or ""), "input_version": input_version,
+            "incremental": incremental, "on_changed": on_changed, "key": _columns(key or ""),
+            "engine": engine, "keep": _columns(keep), "outputs": outputs, "reasons": reasons,
+            "reasons_by": reasons_by, "device": device, "backend": backend,
+            "strategy": strategy, "verify": verify, "registry": registry,
+            "registry_db": registry_db, "mlflow_uri": mlflow_uri, "storage_options": stores,
+            **({engine: options} if options else {}),
+        }  # fmt: skip
+        with reported("score"), waiting("planning ...", console=messages):
+            print(_planned(job, _models(model, where)))
+        return
     written = RowsWritten()
     loading = waiting("loading the model ...", console=messages)
     with reported("score", written=written), loading:
@@ -209,3 +231,20 @@ def score(
     messages.print(f"scored {result.summary()}")
     if result.busy():
         messages.print(result.busy())
+
+
+def _planned(job: dict[str, Any], entries: str | list[dict[str, str]]) -> str:
+    """The plan of ``job`` (``scoring score``'s options as a job's keys) for ``entries``."""
+    from pydantic import ValidationError
+
+    from ..errors import ConfigError
+    from ..jobs import JobSpec, make_plan
+
+    models = {"model": entries} if isinstance(entries, str) else {"models": entries}
+    try:
+        spec = JobSpec.model_validate({**job, **models})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ConfigError(f"--{where.replace('_', '-')}: {error['msg']}") from None
+    return make_plan(spec).summary()

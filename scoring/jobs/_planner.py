@@ -75,6 +75,8 @@ class Plan:
     #: An incremental job's change set now (kind, reason, versions, rows inserted,
     #: updated, deleted, the input's rows): ``rows`` is what it scores.  None: full.
     changes: dict[str, Any] | None = None
+    #: The tensor backend's strategy the model was timed with ("" for the others).
+    strategy: str = ""
 
     @property
     def margin(self) -> float | None:
@@ -87,7 +89,8 @@ class Plan:
 
     def summary(self) -> str:
         lines = [
-            f"plan for job {self.job!r}: engine {self.engine}, {self.backend} on {self.device}",
+            f"plan for job {self.job!r}: engine {self.engine}, "
+            f"{self.backend}{'/' + self.strategy if self.strategy else ''} on {self.device}",
             f"  rows: {self.rows:,} in {self.files} file(s) (from Parquet footers)"
             if self.changes is None
             else f"  rows: {self.rows:,} to score; {self.changes['said']}",
@@ -187,7 +190,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         needed = max(1, math.ceil(rows / (rate * (available - fixed))))
     plan = Plan(
         job=spec.name, engine=spec.engine, device=_device(spec, str(model.device), timed_on),
-        backend=model.backend,
+        backend=model.backend, strategy=getattr(model, "strategy", None) or "",
         rows=rows, files=len(data.fragments), rows_per_second=rate, workers=workers,
         startup_seconds=startup, compile_seconds=compile_seconds, commit_seconds=commit,
         estimated_seconds=estimate,
