@@ -118,6 +118,14 @@ HELD_RUN = (
 )
 
 
+def _held_run(hold: Path, job: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``scoring run JOB`` whose actors hold after their first file (``HELD_RUN``)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", HELD_RUN, str(hold), "run", str(job), "--no-progress"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
 def test_a_job_on_s3_killed_mid_run_finishes_on_its_rerun(
     ray_cluster: str, s3_bucket: str, s3_server: str, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -152,10 +160,7 @@ secret = "testing"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     hold = tmp_path / "hold"
     hold.mkdir()
-    first = subprocess.Popen(
-        [sys.executable, "-c", HELD_RUN, str(hold), "run", str(job), "--no-progress"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    first = _held_run(hold, job, env)
     try:
         held = _held_and_journaled(hold, f"{s3_bucket}/out/_temporary/_journal", first)
         os.killpg(first.pid, signal.SIGKILL)
@@ -233,10 +238,7 @@ def test_an_actor_killed_mid_run_leaves_every_row_once(ray_cluster: str, tmp_pat
     job, frame, X = _cuda_job(tmp_path, ray_cluster, files=12)
     hold = tmp_path / "hold"
     hold.mkdir()
-    first = subprocess.Popen(
-        [sys.executable, "-c", HELD_RUN, str(hold), "run", str(job), "--no-progress"],
-        env=PLACED, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    first = _held_run(hold, job, PLACED)
     try:
         victim = _first_holder(hold, first)
         os.kill(victim, signal.SIGKILL)

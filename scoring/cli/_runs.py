@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -17,6 +16,9 @@ from ._common import (
     reported,
     tables,
 )
+
+if TYPE_CHECKING:
+    from .._registry import ModelStore
 
 __all__ = ["runs"]
 
@@ -47,13 +49,10 @@ def runs(
     """Every recorded run (ok, late, failed, refused), oldest first; with JOB, the trend
     of its durations against its window.  A job file's runs are read from its own
     registry, where scoring run recorded them."""
-    from .._registry import ModelStore, describe_trend, trend
+    from .._registry import describe_trend, trend
 
     with reported("runs"):
-        where = _where(job, registry, registry_db, storage_option)
-        store = ModelStore(where.registry, db_url=where.registry_db,
-                           storage_options=where.storage_options)  # fmt: skip
-        job = where.name
+        store, job = _history(job, registry, registry_db, storage_option)
         found = store.runs.list(job, limit=limit)
     if not found and not as_json:
         messages.print(_none_yet(store.uri, job))
@@ -83,27 +82,22 @@ def runs(
         console.print(describe_trend(projection), highlight=False)
 
 
-@dataclass(frozen=True)
-class _Where:
-    """Whose runs to list: a job's name (or every job) and the registry holding them."""
+def _history(job: str | None, registry: str | None, registry_db: str | None,
+             storage: list[str]) -> tuple[ModelStore, str | None]:  # fmt: skip
+    """The registry holding the runs, and the job's name (None: every job).  A job file
+    names both (the options given override its registry, as for ``scoring run``); a
+    name, or nothing, reads the registry the options name."""
+    from .._registry import ModelStore
 
-    name: str | None
-    registry: str | None
-    registry_db: str | None
-    storage_options: dict[str, Any]
-
-
-def _where(job: str | None, registry: str | None, registry_db: str | None,
-           storage: list[str]) -> _Where:  # fmt: skip
-    """A job file names its job and its registry (the options given override it, as for
-    ``scoring run``); a name, or nothing, reads the registry the options name."""
     if job is not None and job.endswith(".toml"):
         from ._jobs import load_job_options
 
         spec = load_job_options(Path(job), "runs", registry, registry_db, storage)
-        return _Where(spec.name, spec.registry, spec.registry_db, spec.storage_options)
+        store = ModelStore(spec.registry, db_url=spec.registry_db,
+                           storage_options=spec.storage_options)  # fmt: skip
+        return store, spec.name
     stores = key_values(storage, command="runs", option="--storage-option")
-    return _Where(job, registry, registry_db, stores)
+    return ModelStore(registry, db_url=registry_db, storage_options=stores), job
 
 
 def _none_yet(uri: str, job: str | None) -> str:
