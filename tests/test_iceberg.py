@@ -508,6 +508,10 @@ def test_the_docs_job_file_reads_and_writes_iceberg(
     assert len(_read(catalog, "scores")) == 600 + 900
     assert [f.name for f in table.spec().fields] == ["region"]
     assert Path(table.location().removeprefix("file://"), "_scoring_report.json").exists()
+    # The page's reader, on this catalog: DuckDB over the snapshot's files.
+    read = re.search(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert read is not None and 'load_catalog("lake")' in read.group(1)
+    exec(read.group(1).replace('load_catalog("lake")', 'load_catalog("lab")'), {})
 
 
 def test_incremental_runs_follow_appended_snapshots_and_refuse_other_ones(

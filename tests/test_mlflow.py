@@ -380,11 +380,11 @@ def test_mlflow_is_not_imported_by_scoring() -> None:
 
 def test_readme_mlflow_examples(tracking_uri: str, tmp_path: Path,
                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """The README's MLflow section, as written, against this server: a churn model in
+    """docs/mlflow.md's examples, as written, against this server: a churn model in
     MLflow with the alias champion, features/ and sample.parquet in the folder."""
     import xgboost
 
-    from .test_readme import SCORING, _sh, block
+    from .test_docs import SCORING, _sh, block
 
     rng = np.random.default_rng(12)
     X = pd.DataFrame(rng.normal(size=(2000, 3)), columns=["tenure", "plan", "spend"])

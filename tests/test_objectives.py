@@ -4,7 +4,7 @@ small and held to native's ``predict``, ``predict_proba`` and raw margins.
 XGBoost's objectives are asked of XGBoost itself (an unknown one makes it list every
 candidate); LightGBM's are its documented names and every alias, with each boosting
 type (gbdt, rf, dart, goss) and the multiclass forms.  A model the product cannot score
-exactly is refused by name (:data:`REFUSED`, also listed in the README).
+exactly is refused by name (:data:`REFUSED`, also listed in docs/python.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and by SIGKILL after each step of its publication, and what a reader sees then i
 either the previous complete output or the new one, never a mix, and the command's
 last line says which; the same command then finishes.
 
-The reader follows the output's contract (README, "Batch scoring"): with ``_SUCCESS``
+The reader follows the output's contract (docs/batch.md): with ``_SUCCESS``
 the folder's data files, which must be exactly those the manifest names; without it,
 the files the manifest names; neither, nothing.  The stop is an event: the command's
 publication waits at the chosen step until the signal arrives.

@@ -1,6 +1,6 @@
 """The Spark engine on a real standalone cluster (a master and a two-core worker with
 two logical GPUs, started with ``spark-class`` from the pyspark package), driven as the
-README says (``spark-submit jobs/spark_score.py``) and by ``scoring run`` on the GPUs.
+docs/clusters.md says (``spark-submit jobs/spark_score.py``) and by ``scoring run`` on the GPUs.
 Not the in-process ``local[2]`` of test_spark.py.  Run alone with ``pytest -m cluster``."""
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def score_parquet(
     run: RunOptions | None = None,
     **deprecated: Any,
 ) -> ScoreReport:
-    """Score every row of ``input`` into ``output``; see README "Batch scoring".
+    """Score every row of ``input`` into ``output``; see docs/batch.md.
 
     ``input``: a location, or a :class:`~scoring.Input` pinning a Delta table's version
     (``Input("delta:s3://t", version=12)``; by default its latest is read and recorded),

@@ -347,9 +347,10 @@ class LocalOptions(BaseModel):
     table): files read and written at once (by default one per ``LANE_CPUS`` CPUs this
     process may use, see :func:`file_lanes`); its scoring threads follow the CPUs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     files_at_once: StrictInt | None = Field(default=None, ge=1)
+    """Input files read, scored and written at once (default: one per 4 CPUs, at most 4)."""
 
 
 class LocalEngine:

@@ -63,13 +63,18 @@ class RayOptions(BaseModel):
     ``workers`` and ``[resources]`` give ``num_workers``, ``num_cpus``, ``num_gpus``)
     and the CLI's ``--ray-address`` and ``--workers``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     address: str | None = None
+    """The cluster to join (``head:6379``, ``auto``); none: ``RAY_ADDRESS``, else a local one."""
     num_workers: StrictInt | None = Field(default=None, ge=1)
-    num_cpus: float | None = Field(default=None, gt=0)  # per actor, not the planned share
+    """Actors in the pool (default: one per GPU, else from the cluster's CPUs)."""
+    num_cpus: float | None = Field(default=None, gt=0)
+    """CPUs per actor (not the planned share of the cluster)."""
     num_gpus: float | None = Field(default=None, ge=0)
-    files_at_once: StrictInt | None = Field(default=None, ge=1)  # per actor: 1 per 4 CPUs
+    """GPUs per actor."""
+    files_at_once: StrictInt | None = Field(default=None, ge=1)
+    """Files an actor reads and writes at once (default: one per 4 of its CPUs)."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +259,7 @@ NEVER_RAN = "cancelled before it started running"
 NEVER_RAN_FIX = (
     "if every actor is cancelled so, this driver's RAY_AUTH_MODE may differ from the "
     "cluster's: a process that started a local Ray (ray.init()) stays in token mode, "
-    "so set RAY_AUTH_MODE and the token as the README's Ray section says"
+    "so set RAY_AUTH_MODE and the token on the driver as on the cluster (docs/ray.md)"
 )
 
 

@@ -185,10 +185,12 @@ class SparkOptions(BaseModel):
     and the CLI's ``--spark-master``.  ``master``: by default the active session, else
     ``local[*]``; ``conf``: settings for a session the job starts."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     master: str | None = None
+    """The master URL (default: the active session's, else ``local[*]``)."""
     conf: dict[str, str] = Field(default_factory=dict)
+    """Spark settings for a session the job starts."""
 
 
 class SparkEngine:

@@ -59,7 +59,7 @@ def _gauges(record: RunRecord) -> Any:
 
     gauge("rows", "Rows in the output (scored and resumed).", record.rows + record.rows_resumed)
     gauge("seconds", "Seconds from the run's start to its end.", record.seconds)
-    gauge("exit_code", "The run's exit code (see the README's table).", record.exit_code)
+    gauge("exit_code", "The run's exit code (docs/reference/errors.md).", record.exit_code)
     gauge("success", "1 if the run published its output, else 0.",
           float(record.outcome in ("ok", "late")))  # fmt: skip
     gauge("last_run_timestamp_seconds", "When the run ended (Unix time).",

@@ -114,7 +114,9 @@ def parse_duration(text: str) -> timedelta:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each key's docstring is its description in the schema, and so in the job file's
+    # reference page, which is generated from it.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Checks(_Strict):
@@ -122,10 +124,14 @@ class Checks(_Strict):
     (its registration sample; see :mod:`scoring._drift`).  A breach is a warning, or
     with ``fail = true`` stops the run before anything is published (exit 5)."""
 
-    max_psi: float | None = Field(default=None, gt=0)  # per feature and output column
-    max_null_rate: float | None = Field(default=None, ge=0, le=1)  # per feature column
-    min_rows: int | None = Field(default=None, ge=0)  # in the whole output
+    max_psi: float | None = Field(default=None, gt=0)
+    """Largest population stability index of any feature or output column."""
+    max_null_rate: float | None = Field(default=None, ge=0, le=1)
+    """Largest share of nulls in any feature column."""
+    min_rows: int | None = Field(default=None, ge=0)
+    """Fewest rows in the whole output."""
     fail: bool = False
+    """A breach stops the run with exit 5 and publishes nothing (else: a warning)."""
 
 
 class Metrics(_Strict):
@@ -134,7 +140,9 @@ class Metrics(_Strict):
     both (the ``metrics`` extra)."""
 
     textfile: str | None = None
-    pushgateway: str | None = None  # host:port
+    """A node_exporter textfile collector's file, replaced whole by each run."""
+    pushgateway: str | None = None
+    """A Pushgateway, ``host:port``."""
 
 
 class ModelEntry(_Strict):
@@ -143,13 +151,20 @@ class ModelEntry(_Strict):
     (``where = "region = 'EU'"``: rows outside get nulls in its columns)."""
 
     model: str
+    """A registry reference, MLflow URI or model file."""
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The prefix of its output columns (default: the model's registered name)."""
     where: str | None = None
+    """A SQL condition on input columns: the rows it scores (the others get nulls)."""
 
 
 class Resources(_Strict):
+    """``[resources]``: what each worker asks for (Ray actors, Spark tasks)."""
+
     cpus: float | None = Field(default=None, gt=0)
+    """CPUs per worker."""
     gpus: float | None = Field(default=None, ge=0)
+    """GPUs per worker (a fraction shares a GPU)."""
 
 
 #: One optional table per engine that has one (``[ray]``, ``[spark]``), with the engine's
@@ -162,38 +177,71 @@ class JobSpec(_EngineTables):
     """A validated job file: the keys every engine shares, and each engine's table."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The job's name: its runs are listed under it, and its metrics labelled with it."""
     model: str | None = None
+    """The model: a registry reference (``churn@production``), ``models:/`` URI or file."""
     models: list[ModelEntry | str] = Field(default_factory=list)
+    """Several models in one pass, in place of ``model`` (references or tables)."""
     input: str
+    """A Parquet file, folder or glob, a Delta table, or ``iceberg:CATALOG.NS.TABLE``."""
     output: str
-    format: Literal["parquet", "delta", "iceberg"] = "parquet"  # of the output
+    """A folder, ``delta:URL`` or ``iceberg:CATALOG.NS.TABLE``."""
+    format: Literal["parquet", "delta", "iceberg"] = "parquet"
+    """The output's format (``delta:`` and ``iceberg:`` outputs set it)."""
     mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
-    partition_by: list[str] = Field(default_factory=list)  # a Delta or Iceberg output's
-    input_version: int | str | None = None  # a table input's version or snapshot, or a time
-    incremental: bool = False  # score only what changed since the output's last run
-    on_changed: Literal["refuse", "rescore"] = "refuse"  # an input file changed or gone
-    key: list[str] = Field(default_factory=list)  # a Delta output's row key (merge)
+    """A table output that exists: refuse (``error``, the default), add, replace, or
+    replace the partitions the run writes."""
+    partition_by: list[str] = Field(default_factory=list)
+    """A Delta or Iceberg output's partition columns (kept columns)."""
+    input_version: int | str | None = None
+    """A table input's version or snapshot id, or an ISO 8601 time (default: the latest)."""
+    incremental: bool = False
+    """Score only what changed since the output's last complete run of this job."""
+    on_changed: Literal["refuse", "rescore"] = "refuse"
+    """An incremental run's Parquet input file changed or gone since: refuse, or rescore it."""
+    key: list[str] = Field(default_factory=list)
+    """A Delta output's row key: an incremental run merges on it."""
     engine: str = "local"
+    """``local``, ``ray`` or ``spark``; its options in a table of that name."""
     deadline: str | None = None
+    """A time of day (``"01:45"``, in ``timezone``) or a duration from the start (``"75m"``)."""
     timezone: str = "UTC"
+    """The time zone of a clock deadline."""
     keep: list[str] = Field(default_factory=list)
-    outputs: str | list[str] = "default"  # see scoring._explanations
+    """Input columns copied into the output, before the scores (an id, a date)."""
+    outputs: str | list[str] = "default"
+    """``default``, ``raw`` or ``all``, and ``contributions``: the score columns written."""
     reasons: int = Field(default=0, ge=0)
+    """Reason codes per row: the features with the largest contributions (0: none)."""
     reasons_by: Literal["absolute", "signed"] = "absolute"
+    """Rank reasons by absolute contribution, or by the largest increases first."""
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    """``auto`` (a GPU where there is one), ``cpu``, ``cuda`` or ``cuda:N``."""
     backend: Literal["auto", "tensor", "native", "hummingbird"] = "auto"
+    """Who scores: ``auto`` picks per model and device."""
     strategy: Literal["auto", "gemm", "tree_traversal", "perfect_tree_traversal", "fused",
                       "compiled", "triton"] = "auto"  # fmt: skip
+    """The tensor backend's kernel; a strategy named runs as named on every worker."""
     workers: Literal["auto"] | int = "auto"
+    """Workers of the Ray or Spark engine (``auto``: as the plan needs)."""
     retries: int = Field(default=0, ge=0, le=10)
+    """Reruns after a failure that a rerun may fix; each resumes where the last stopped."""
     verify: bool = False
+    """A rerun into a complete output hashes its files (sha256), not only their sizes."""
     registry: str | None = None
-    mlflow_uri: str | None = None  # where models:/ references are read (else MLflow's config)
-    registry_db: str | None = None  # a SQLAlchemy URL (see scoring.Registry's db_url)
-    storage_options: dict[str, Any] = Field(default_factory=dict)  # see scoring._stores
+    """The registry root (default ``$SCORING_HOME``, else the user's data folder)."""
+    mlflow_uri: str | None = None
+    """Where ``models:/`` references are read (default: MLflow's own configuration)."""
+    registry_db: str | None = None
+    """The registry database, a SQLAlchemy URL (default SQLite in a local root)."""
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+    """fsspec options for the object stores the job touches (``s3.KEY`` for one protocol)."""
     resources: Resources = Resources()
+    """What each worker asks for."""
     checks: Checks = Checks()
+    """Limits on what the run scored."""
     metrics: Metrics = Metrics()
+    """Where the run's Prometheus metrics go."""
 
     @model_validator(mode="before")
     @classmethod

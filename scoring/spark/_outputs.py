@@ -16,6 +16,7 @@ from ..errors import ConfigError
 __all__ = ["UDF_OUTPUTS", "OutputSpec", "output_spec"]
 
 UDF_OUTPUTS = ("probability", "label", "prediction", "raw", "all")
+"""What ``register_udf(..., output=)`` may return: see :func:`scoring.spark.register_udf`."""
 
 
 class OutputSpec:
