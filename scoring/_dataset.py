@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from ._iceberg import is_iceberg, kept_rows, pinned_scan, refuse_renamed
-from .errors import DependencyError, InputError, InputFileError, cause_line, translated
+from ._where import RowFilter
+from .errors import ConfigError, DependencyError, InputError, InputFileError, cause_line, translated
 
 __all__ = [
     "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
@@ -80,6 +81,8 @@ class InputDataset:
     deleted: dict[str, Any] = field(default_factory=dict)
     #: Columns the files hold one value each of (an Iceberg table's identity partitions).
     file_partitions: list[str] = field(default_factory=list)
+    #: The input's row filter (``Input(..., filter=...)``): only its rows are read.
+    where: RowFilter | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -127,18 +130,27 @@ class InputDataset:
     def batches(
         self, fragment: Fragment, *, columns: Sequence[str], batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
-        """The fragment's rows in file order, ``batch_rows`` at a time."""
+        """The fragment's rows in file order, ``batch_rows`` at a time; with a filter,
+        only its rows (pushed down to the reader, which skips row groups by their
+        statistics; after the deletes where a file has any, whose positions count every
+        row)."""
         piece = self.pieces[fragment.index]
-        deleted, start = self.deleted.get(fragment.path), 0
+        deleted, start, where = self.deleted.get(fragment.path), 0, self.where
+        pushed = where.expression if where is not None and deleted is None else None
+        read = list(columns)
+        if where is not None and deleted is not None:  # the filter's columns, read to apply it
+            read = list(dict.fromkeys([*columns, *where.columns]))
         with translated("parquet", f"cannot read Parquet file {fragment.path!r}", fix=_FIX):
-            for batch in piece.to_batches(
-                columns=list(columns), schema=self.schema, batch_size=batch_rows, use_threads=True
-            ):
+            for batch in piece.to_batches(columns=read, schema=self.schema, batch_size=batch_rows,
+                                          use_threads=True, filter=pushed):  # fmt: skip
                 if deleted is None:
-                    yield batch
+                    if batch.num_rows or where is None:
+                        yield batch
                     continue
-                kept = kept_rows(batch, start, deleted)
+                kept = kept_rows(batch, start, deleted)  # positions count every row
                 start += batch.num_rows
+                if where is not None:
+                    kept = kept.filter(where.mask(kept)).select(list(columns))
                 if kept.num_rows:
                     yield kept
 
@@ -199,6 +211,25 @@ def delta_storage_options(url: str) -> dict[str, str]:
     if str(options["AWS_ENDPOINT_URL"] or "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"  # a local S3 API (MinIO, moto) without TLS
     return {k: str(v) for k, v in options.items() if v}
+
+
+def filtered(data: InputDataset, text: str, *, incremental: bool = False) -> InputDataset:
+    """``data`` read through the SQL row filter ``text`` (:mod:`scoring._where`), the
+    columns it names checked against the input now, before anything is read."""
+    if incremental:
+        raise ConfigError(
+            f"input filter {text!r}: an incremental run scores what changed, which a filter "
+            "would narrow differently from run to run; drop the filter or the incremental"
+        )
+    where = RowFilter(text)
+    absent = [c for c in where.columns if c not in data.schema.names]
+    if absent:
+        raise InputError(
+            f"input filter {text!r}: input {data.url!r} has no column {absent[0]!r}; name a "
+            f"column it holds ({', '.join(data.schema.names[:8])}"
+            f"{', ...' if len(data.schema.names) > 8 else ''})"
+        )
+    return replace(data, where=where)
 
 
 def open_input(url: str, *, version: int | str | None = None) -> InputDataset:

@@ -56,12 +56,18 @@ class Input(_Located):
     run read and this one), adding to that output; a run with another model, outputs or
     kept columns, or no earlier run, scores everything and replaces it (see
     :mod:`scoring._changes`).  ``on_changed``: an input file that changed or is gone
-    since that run is refused by name (``"refuse"``) or rescored (``"rescore"``)."""
+    since that run is refused by name (``"refuse"``) or rescored (``"rescore"``).
+
+    ``filter``: a SQL condition on input columns (``"region IN ('EU', 'CH') AND signup
+    >= DATE '2026-01-01'"``, see :mod:`scoring._where`): only the rows where it holds are
+    read, scored and written.  The Parquet reader skips the row groups whose statistics
+    rule it out."""
 
     location: StrictStr | os.PathLike[str] | InstanceOf[InputDataset]
     version: StrictInt | StrictStr | None = None
     incremental: StrictBool = False
     on_changed: StrictStr = "refuse"  # ON_CHANGED (refused by name otherwise)
+    filter: StrictStr | None = None
 
 
 @dataclass(frozen=True)

@@ -1,209 +1,296 @@
-"""Row filters of a set's models: ``where = "region = 'EU' AND tenure >= 12"``.
+"""Row filters in SQL, as a Spark or warehouse user writes a WHERE clause.
 
-A small SQL subset, as a Spark or warehouse user writes a WHERE clause: comparisons
-(``= == != <> < <= > >=``), ``[NOT] IN (...)``, ``IS [NOT] NULL``, ``AND``, ``OR``,
-``NOT`` and parentheses, over column names (bare, or quoted with backticks or double
-quotes) and literals (numbers, 'strings', TRUE, FALSE).  A filter is parsed once, when
-the set is built (a syntax error names the filter and the position), and evaluated per
-batch with pyarrow compute.  As in SQL, a comparison with a null is not true: such a
-row is outside the filter.
+``where = "region IN ('EU', 'CH') AND signup >= DATE '2026-01-01'"``.  sqlglot parses the
+condition (Spark's dialect); it is then translated into one pyarrow dataset expression,
+which Arrow evaluates on each batch and which a Parquet reader can push down to its row
+groups' statistics.  What translates:
+
+- comparisons ``= == != <> < <= > >=`` and ``<=>`` (null-safe), ``[NOT] IN (...)``,
+  ``[NOT] BETWEEN``, ``[NOT] LIKE`` / ``ILIKE``, ``IS [NOT] NULL``, ``IS [NOT] TRUE``,
+  ``AND``, ``OR``, ``NOT``, parentheses;
+- ``CASE WHEN ... THEN ... ELSE ... END``, ``IF(c, a, b)``, ``COALESCE``, ``+ - * /``;
+- literals: numbers, 'strings', TRUE, FALSE, NULL, ``DATE '...'``, ``TIMESTAMP '...'``,
+  and ``CAST(x AS type)``;
+- functions: ``lower``, ``upper``, ``length``, ``trim``, ``substring``, ``abs``,
+  ``round``, ``greatest``, ``least``, ``year``, ``month``, ``day``.
+
+Columns are bare names or quoted with backticks or double quotes.  Anything else is
+refused when the filter is read, naming the construct.  As in SQL, a comparison with a
+null is not true: such a row is outside the filter.
 """
 
 from __future__ import annotations
 
-import re
+import datetime
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import sqlglot
+from sqlglot import exp
 
 from .errors import ConfigError, InputError
 
-__all__ = ["RowFilter"]
+__all__ = ["RowFilter", "SUPPORTED"]
 
-_TOKEN = re.compile(
-    r"\s*(?:(?P<num>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|'(?P<str>(?:[^']|'')*)'"
-    r"|`(?P<bq>[^`]+)`|\"(?P<dq>[^\"]+)\"|(?P<op><=|>=|<>|!=|==|[=<>(),])"
-    r"|(?P<word>[A-Za-z_][A-Za-z0-9_.]*))"
-)
-_COMPARE = {"=": pc.equal, "==": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal,
-            "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}  # fmt: skip
-_KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE"}
+SUPPORTED = ("comparisons, IN, BETWEEN, LIKE, IS NULL, AND/OR/NOT, CASE, IF, COALESCE, "
+             "arithmetic, CAST, DATE/TIMESTAMP literals, lower/upper/length/trim/substring/"
+             "abs/round/greatest/least/year/month/day")  # fmt: skip
 
-_Eval = Callable[[pa.Table], Any]
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # num | str | name | op | kw
-    text: str
-    at: int
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    exp.EQ: lambda a, b: a == b,
+    exp.NEQ: lambda a, b: a != b,
+    exp.GT: lambda a, b: a > b,
+    exp.GTE: lambda a, b: a >= b,
+    exp.LT: lambda a, b: a < b,
+    exp.LTE: lambda a, b: a <= b,
+}
+_ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
+    exp.Add: pc.add,
+    exp.Sub: pc.subtract,
+    exp.Mul: pc.multiply,
+    # SQL's / divides as floats, where Arrow's divides integers as integers.
+    exp.Div: lambda a, b: pc.divide(a.cast(pa.float64()), b),
+}
+_FUNCTIONS: dict[type, Callable[..., Any]] = {
+    exp.Lower: pc.utf8_lower,
+    exp.Upper: pc.utf8_upper,
+    exp.Length: pc.utf8_length,
+    exp.Trim: pc.utf8_trim_whitespace,
+    exp.Abs: pc.abs,
+    exp.Year: pc.year,
+    exp.Month: pc.month,
+    exp.Day: pc.day,
+}
+_TYPES = {
+    "DOUBLE": pa.float64(), "FLOAT": pa.float32(), "DECIMAL": pa.float64(),
+    "INT": pa.int32(), "BIGINT": pa.int64(), "SMALLINT": pa.int16(), "TINYINT": pa.int8(),
+    "BOOLEAN": pa.bool_(), "TEXT": pa.string(), "VARCHAR": pa.string(), "CHAR": pa.string(),
+    "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us"), "TIMESTAMPTZ": pa.timestamp("us"),
+    "TIMESTAMPNTZ": pa.timestamp("us"),
+}  # fmt: skip
 
 
 class RowFilter:
-    """A parsed ``where``: :meth:`mask` gives, per row of a batch, whether it is inside."""
+    """A parsed ``where``: :attr:`expression` (a pyarrow dataset expression),
+    :attr:`columns` (the input columns it reads) and :meth:`mask` per batch."""
 
     def __init__(self, text: str):
         self.text = text
         self.columns: list[str] = []
-        self._tokens = _tokens(text)
-        self._pos = 0
-        self._eval = self._or()
-        if self._pos != len(self._tokens):
-            self._fail("unexpected", self._tokens[self._pos])
+        try:
+            tree = sqlglot.parse_one(text, read="spark")
+        except sqlglot.errors.ParseError as exc:
+            error = exc.errors[0] if exc.errors else {}
+            where = f" at character {error['col']}" if error.get("col") else ""
+            said = str(error.get("description", exc)).split(" for <class")[0]
+            raise self._refused(f"cannot be read{where}: {said}") from None
+        except sqlglot.errors.SqlglotError as exc:
+            raise self._refused(f"cannot be read: {str(exc).splitlines()[0]}") from None
+        self.expression: pc.Expression = self._condition(tree)
 
     def mask(self, batch: pa.Table | pa.RecordBatch) -> pa.Array:
+        """Per row of ``batch``, whether it is inside (a null condition is outside)."""
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         try:
-            inside = self._eval(table)
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
+            inside = pads.dataset(table).to_table(columns={"inside": self.expression})
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise InputError(
-                f"row filter {self.text!r} cannot be evaluated on the input: {exc}; compare "
-                "each column with a value of its type"
+                f"row filter {self.text!r} cannot be evaluated on the input: "
+                f"{str(exc).splitlines()[0]}; compare each column with a value of its type"
             ) from None
-        if isinstance(inside, pa.ChunkedArray):
-            inside = inside.combine_chunks()
-        if not isinstance(inside, pa.Array) or not pa.types.is_boolean(inside.type):
+        column = inside.column("inside").combine_chunks()
+        if not pa.types.is_boolean(column.type):
             raise InputError(f"row filter {self.text!r} is not a condition (true or false)")
-        return pc.fill_null(inside, False)
+        return pc.fill_null(column, False)
 
-    # -- recursive descent: or > and > not > predicate --------------------------------
+    # -- translation -------------------------------------------------------------
 
-    def _or(self) -> _Eval:
-        left = self._and()
-        while self._keyword("OR"):
-            left = _both(pc.or_kleene, left, self._and())
-        return left
+    def _condition(self, node: Any) -> Any:  # sqlglot's tree
+        return self._value(node)
 
-    def _and(self) -> _Eval:
-        left = self._not()
-        while self._keyword("AND"):
-            left = _both(pc.and_kleene, left, self._not())
-        return left
+    def _value(self, node: exp.Expression) -> Any:
+        if isinstance(node, exp.Alias):  # "a = 1 b": SQL reads b as a name for a = 1
+            raise self._refused(f"unexpected {node.alias!r} after {node.this.sql()!r}")
+        if node.args.get("negate"):  # "x NOT LIKE 'a%'" is one node, negated
+            plain = node.copy()
+            plain.set("negate", None)
+            return self._not(plain)
+        if isinstance(node, exp.Paren):
+            return self._value(node.this)
+        if isinstance(node, exp.Column):
+            return self._column(node)
+        if isinstance(node, (exp.Literal, exp.Boolean, exp.Null, exp.Cast)) and _constant(node):
+            return pc.scalar(self._literal(node))
+        if isinstance(node, exp.And):
+            return self._value(node.this) & self._value(node.expression)
+        if isinstance(node, exp.Or):
+            return self._value(node.this) | self._value(node.expression)
+        if isinstance(node, exp.Not):
+            return self._not(node.this)
+        if type(node) in _COMPARE:
+            return _COMPARE[type(node)](self._value(node.this), self._value(node.expression))
+        if type(node) in _ARITHMETIC:
+            return _ARITHMETIC[type(node)](self._value(node.this), self._value(node.expression))
+        translate = getattr(self, f"_{type(node).__name__.lower()}", None)
+        if translate is not None:
+            return translate(node)
+        if type(node) in _FUNCTIONS:
+            return _FUNCTIONS[type(node)](self._value(_date_of(node.this)))
+        raise self._refused(f"{_shown(node)} is not supported here (supported: {SUPPORTED})")
 
-    def _not(self) -> _Eval:
-        if self._keyword("NOT"):
-            inner = self._not()
-            return lambda t: pc.invert(inner(t))
-        return self._predicate()
+    def _column(self, node: exp.Column) -> Any:
+        if node.table:
+            raise self._refused(f"{node.sql()}: name the column alone, without a table")
+        self.columns.append(node.name)
+        return pc.field(node.name)
 
-    def _predicate(self) -> _Eval:
-        if self._op("("):
-            inner = self._or()
-            self._expect(")")
-            return inner
-        left = self._operand()
-        if self._keyword("IS"):
-            negated = self._keyword("NOT")
-            self._expect_keyword("NULL")
-            return (lambda t: pc.is_valid(left(t))) if negated else (lambda t: pc.is_null(left(t)))
-        negated = self._keyword("NOT")
-        if self._keyword("IN"):
-            values = self._list()
-            found: _Eval = lambda t: pc.is_in(left(t), value_set=values)  # noqa: E731
-            if not negated:
-                return found
-            # SQL: a null is NOT IN nothing (pyarrow's is_in says false, so invert: true).
-            return lambda t: pc.and_(pc.is_valid(left(t)), pc.invert(found(t)))
-        if negated:
-            self._fail("expected IN after NOT", self._peek())
-        token = self._peek()
-        if token.kind != "op" or token.text not in _COMPARE:
-            return left  # a boolean column on its own (mask() checks that it is one)
-        self._pos += 1
-        return _both(_COMPARE[token.text], left, self._operand())
+    def _literal(self, node: exp.Expression) -> Any:
+        if isinstance(node, exp.Boolean):
+            return bool(node.this)
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Cast):
+            return self._typed(node)
+        if isinstance(node, exp.Neg):
+            return -self._literal(node.this)
+        if node.is_string:
+            return node.this
+        text = node.this
+        return int(text) if text.lstrip("-").isdigit() else float(text)
 
-    def _operand(self) -> _Eval:
-        token = self._next()
-        if token.kind == "name":
-            self.columns.append(token.text)
-            return lambda t: t.column(token.text)
-        value = self._literal(token)
-        return lambda t: value
+    def _typed(self, node: exp.Cast) -> Any:
+        """``DATE '2026-11-01'``, ``TIMESTAMP '...'``, ``CAST(1 AS DOUBLE)``: the value."""
+        value, kind = self._literal(node.this), node.to.this.name
+        try:
+            if kind == "DATE":
+                return datetime.date.fromisoformat(str(value))
+            if kind.startswith("TIMESTAMP"):
+                return datetime.datetime.fromisoformat(str(value))
+            return pa.scalar(value).cast(self._type(node)).as_py()
+        except (ValueError, pa.ArrowInvalid) as exc:
+            raise self._refused(f"{node.sql()}: {exc}") from None
 
-    def _list(self) -> pa.Array:
-        self._expect("(")
-        values = [self._literal(self._next())]
-        while self._op(","):
-            values.append(self._literal(self._next()))
-        self._expect(")")
-        return pa.array(values)
+    def _type(self, node: exp.Cast) -> pa.DataType:
+        kind = node.to.this.name
+        if kind not in _TYPES:
+            raise self._refused(f"CAST to {kind} is not supported (one of {sorted(_TYPES)})")
+        return _TYPES[kind]
 
-    def _literal(self, token: _Token) -> Any:
-        if token.kind == "num":
-            return float(token.text) if re.search(r"[.eE]", token.text) else int(token.text)
-        if token.kind == "str":
-            return token.text
-        if token.kind == "kw" and token.text in ("TRUE", "FALSE"):
-            return token.text == "TRUE"
-        self._fail("expected a column or a value", token)
-        raise AssertionError  # _fail raised
+    def _not(self, inner: exp.Expression) -> Any:
+        if isinstance(inner, exp.In):  # SQL: a null is NOT IN nothing; Arrow says true
+            value = self._value(inner.this)
+            return value.is_valid() & ~self._in(inner)
+        return ~self._value(inner)
 
-    # -- tokens ---------------------------------------------------------------------
+    def _in(self, node: exp.In) -> Any:
+        if node.args.get("query") or not all(_constant(v) for v in node.expressions):
+            raise self._refused(f"{node.sql()}: IN takes a list of values")
+        values = [self._literal(v) for v in node.expressions]
+        return self._value(node.this).isin([v for v in values if v is not None])
 
-    def _peek(self) -> _Token:
-        if self._pos < len(self._tokens):
-            return self._tokens[self._pos]
-        return _Token("end", "end of filter", len(self.text))
+    def _between(self, node: exp.Between) -> Any:
+        value = self._value(node.this)
+        return (value >= self._value(node.args["low"])) & (value <= self._value(node.args["high"]))
 
-    def _next(self) -> _Token:
-        token = self._peek()
-        self._pos += 1
-        return token
+    def _like(self, node: exp.Like, *, ignore_case: bool = False) -> Any:
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise self._refused(f"{node.sql()}: LIKE takes a 'pattern'")
+        return pc.match_like(self._value(node.this), pattern.this, ignore_case=ignore_case)
 
-    def _keyword(self, word: str) -> bool:
-        return self._accept("kw", word)
+    def _ilike(self, node: exp.ILike) -> Any:
+        return self._like(node, ignore_case=True)  # type: ignore[arg-type]
 
-    def _op(self, op: str) -> bool:
-        return self._accept("op", op)
+    def _is(self, node: exp.Is) -> Any:
+        value, what = self._value(node.this), node.expression
+        if isinstance(what, exp.Null):
+            return value.is_null()
+        if isinstance(what, exp.Boolean):  # IS TRUE / IS FALSE: never null
+            return pc.coalesce(value == pc.scalar(bool(what.this)), pc.scalar(False))
+        raise self._refused(f"{node.sql()}: IS takes NULL, TRUE or FALSE")
 
-    def _accept(self, kind: str, text: str) -> bool:
-        """Step over the next token if it is ``text`` of ``kind``."""
-        token = self._peek()
-        if token.kind == kind and token.text == text:
-            self._pos += 1
-            return True
-        return False
+    def _nullsafeeq(self, node: exp.NullSafeEQ) -> Any:
+        a, b = self._value(node.this), self._value(node.expression)
+        return (a.is_null() & b.is_null()) | pc.coalesce(a == b, pc.scalar(False))
 
-    def _expect(self, op: str) -> None:
-        if not self._op(op):
-            self._fail(f"expected {op!r}", self._peek())
+    def _case(self, node: exp.Case) -> Any:
+        if node.this is not None:  # CASE x WHEN 1 THEN ...: each WHEN compared with x
+            subject = node.this
+            ifs = [
+                (exp.EQ(this=subject, expression=i.this), i.args["true"]) for i in node.args["ifs"]
+            ]
+        else:
+            ifs = [(i.this, i.args["true"]) for i in node.args["ifs"]]
+        conditions = [self._value(c) for c, _ in ifs]
+        values = [self._value(v) for _, v in ifs]
+        default = node.args.get("default")
+        names = [f"c{i}" for i in range(len(conditions))]
+        otherwise = self._value(default) if default is not None else pc.scalar(None)
+        return pc.case_when(pc.make_struct(*conditions, field_names=names), *values, otherwise)
 
-    def _expect_keyword(self, word: str) -> None:
-        if not self._keyword(word):
-            self._fail(f"expected {word}", self._peek())
+    def _if(self, node: exp.If) -> Any:
+        false = node.args.get("false")
+        otherwise = self._value(false) if false is not None else pc.scalar(None)
+        return pc.if_else(self._value(node.this), self._value(node.args["true"]), otherwise)
 
-    def _fail(self, what: str, token: _Token) -> None:
-        raise ConfigError(
-            f"row filter {self.text!r}: {what} at {token.text!r} (character {token.at + 1}); "
-            "write e.g. region = 'EU' AND tenure >= 12"
+    def _coalesce(self, node: exp.Coalesce) -> Any:
+        return pc.coalesce(self._value(node.this), *[self._value(e) for e in node.expressions])
+
+    def _greatest(self, node: exp.Greatest) -> Any:
+        return pc.max_element_wise(
+            self._value(node.this), *[self._value(e) for e in node.expressions]
+        )
+
+    def _least(self, node: exp.Least) -> Any:
+        return pc.min_element_wise(
+            self._value(node.this), *[self._value(e) for e in node.expressions]
+        )
+
+    def _round(self, node: exp.Round) -> Any:
+        digits = node.args.get("decimals")
+        return pc.round(self._value(node.this), self._literal(digits) if digits is not None else 0)
+
+    def _substring(self, node: exp.Substring) -> Any:
+        start, length = node.args.get("start"), node.args.get("length")
+        if not (start is not None and _constant(start)) or (
+            length is not None and not _constant(length)
+        ):
+            raise self._refused(f"{node.sql()}: substring takes numbers for start and length")
+        first = max(int(self._literal(start)) - 1, 0)  # SQL counts from 1
+        stop = None if length is None else first + int(self._literal(length))
+        return pc.utf8_slice_codeunits(self._value(node.this), first, stop)
+
+    def _cast(self, node: exp.Cast) -> Any:
+        return self._value(node.this).cast(self._type(node))
+
+    _trycast = _cast
+
+    def _neg(self, node: exp.Neg) -> Any:
+        return pc.negate(self._value(node.this))
+
+    def _refused(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"row filter {self.text!r}: {what}; write SQL as in a WHERE clause, e.g. "
+            "region IN ('EU', 'CH') AND tenure >= 12"
         )
 
 
-def _both(op: Callable[[Any, Any], Any], left: _Eval, right: _Eval) -> _Eval:
-    return lambda t: op(left(t), right(t))
+def _constant(node: exp.Expression) -> bool:
+    """A literal, or a literal cast to a type (``DATE '...'``)."""
+    if isinstance(node, exp.Cast):
+        return _constant(node.this)
+    if isinstance(node, exp.Neg):
+        return _constant(node.this)
+    return isinstance(node, (exp.Literal, exp.Boolean, exp.Null))
 
 
-def _tokens(text: str) -> list[_Token]:
-    out, at = [], 0
-    while at < len(text.rstrip()):
-        match = _TOKEN.match(text, at)
-        if match is None or match.end() == at:
-            raise ConfigError(
-                f"row filter {text!r}: cannot read {text[at:].strip()[:20]!r} (character {at + 1})"
-            )
-        kind = match.lastgroup or ""
-        value = match.group(kind)
-        start = match.start(kind)
-        if kind == "word" and value.upper() in _KEYWORDS:
-            out.append(_Token("kw", value.upper(), start))
-        elif kind in ("word", "bq", "dq"):
-            out.append(_Token("name", value, start))
-        elif kind == "str":
-            out.append(_Token("str", value.replace("''", "'"), start))
-        else:
-            out.append(_Token(kind, value, start))
-        at = match.end()
-    return out
+def _date_of(node: exp.Expression) -> exp.Expression:
+    """``year(d)``: Spark's reading wraps ``d`` in a date conversion Arrow does not need."""
+    return node.this if isinstance(node, (exp.TsOrDsToDate, exp.TsOrDsToTimestamp)) else node
+
+
+def _shown(node: exp.Expression) -> str:
+    return f"{type(node).__name__.upper()} ({node.sql(dialect='spark')[:40]})"

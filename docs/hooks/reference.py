@@ -109,7 +109,7 @@ def errors_reference() -> str:
 
     lines = ["| error | exit | what it means |", "|---|---:|---|"]
     for depth, cls in _tree(ScoringError, 0):
-        code = exit_code(BaseException.__new__(cls))  # what `scoring run` exits with
+        code = exit_code(cls.__new__(cls))  # what `scoring run` exits with for it
         doc = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
         name = "&nbsp;&nbsp;" * depth + f"`{cls.__name__}`"
         lines.append(f"| {name} | {code} | {_cell(doc)} |")

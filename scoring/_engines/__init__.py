@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._changes import Incremental
-from .._dataset import InputDataset, open_input
+from .._dataset import InputDataset, filtered, open_input
 from .._iceberg import storage_url
 from .._lease import OutputLease
 from .._progress import RunProgress
@@ -121,6 +121,8 @@ def score_parquet(
             if isinstance(source_spec.location, InputDataset)
             else open_input(source_url, version=source_spec.version)
         )
+        if source_spec.filter is not None:
+            data = filtered(data, source_spec.filter, incremental=source_spec.incremental)
         incremental = (
             Incremental(key=tuple(target.key), on_changed=source_spec.on_changed)
             if source_spec.incremental

@@ -46,6 +46,7 @@ from .._registry import ModelStore
 from .._scorer import Scorer
 from .._specs import validated
 from .._stores import StoreConfig
+from .._where import RowFilter
 from ..errors import ConfigError, EngineError
 from . import plan as plan_hooks
 from .plan import Hooks, RunPlan, ScoreSpec
@@ -440,7 +441,7 @@ def plan_run(
         mode = INCREMENTAL
     if lease is not None:
         lease.acquire()
-    job = _job(model, keep, outputs)
+    job = _job(model, keep, outputs, where=data.where)
     hooks = plan_hooks.HOOKS if hooks is None else hooks
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
              "engine": engine.name, **(settings or {})}  # fmt: skip
@@ -486,10 +487,13 @@ def _read_columns(scorer: Scorer | SetScorer, data: InputDataset, keep: Sequence
     return list(dict.fromkeys([*keep, *scorer.feature_columns(data.schema.names)]))
 
 
-def _job(model: Scoring, keep: Sequence[str], outputs: str) -> dict[str, Any]:
+def _job(
+    model: Scoring, keep: Sequence[str], outputs: str, *, where: RowFilter | None = None
+) -> dict[str, Any]:
     """What keys a run (:func:`scoring._journal.job_key`): model bytes, kept columns,
-    outputs."""
-    return {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    outputs, and the input's filter where it has one (a job without keeps its key)."""
+    job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
+    return job if where is None else {**job, "filter": where.text}
 
 
 def _follow(publisher: Publisher, changes: Changes, *, key: Sequence[str]) -> bool:
@@ -563,6 +567,9 @@ def report(
 ) -> ScoreReport:
     seconds = time.perf_counter() - run.started
     rows = sum(f.rows for f in run.todo)
+    if run.plan.data.where is not None and scored is not None:  # the rows the filter let in
+        written = scored.entries
+        rows = sum(e.rows for e in written) if written is not None else sum(scored.workers.values())
     meta = scored.metadata if scored is not None else {}
     result = ScoreReport(
         input=run.plan.data.url,

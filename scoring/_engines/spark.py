@@ -239,7 +239,10 @@ class SparkEngine:
         first = plan.data.fragments[0]
         base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
         # Only what the plan reads: kept and feature columns, never other partition keys.
-        df = spark.read.option("basePath", base).parquet(*files).select(*plan.columns)
+        df = spark.read.option("basePath", base).parquet(*files)
+        if plan.data.where is not None:  # Spark's own SQL: the dialect the filter is read in
+            df = df.where(plan.data.where.text)
+        df = df.select(*plan.columns)
         ran = spark.sparkContext.accumulator({}, Tally())
         drift = spark.sparkContext.accumulator({}, DriftTally()) if plan.score.monitor else None
         scored = score_frame(df, source, plan.score, ran=ran, counted=drift)

@@ -142,6 +142,13 @@ def score(
         help="a Delta table input: read this version (an Iceberg table's: this snapshot id), "
         "or the one current at an ISO 8601 time (default: the latest)",
     ),
+    input_filter: str | None = typer.Option(
+        None,
+        "--filter",
+        help="read, score and write only the input rows where this SQL condition holds, "
+        "e.g. \"region IN ('EU', 'CH') AND signup >= DATE '2026-01-01'\" (pushed down to "
+        "the Parquet reader)",
+    ),
     incremental: bool = typer.Option(
         False,
         help="score only what changed since the output's last run of this job (new files; "
@@ -187,6 +194,7 @@ def score(
             "name": "score", "input": input, "output": output, "format": output_format,
             "mode": mode or ("overwrite" if overwrite else None),
             "partition_by": _columns(partition_by or ""), "input_version": input_version,
+            "filter": input_filter,
             "incremental": incremental, "on_changed": on_changed, "key": _columns(key or ""),
             "engine": engine, "keep": _columns(keep), "outputs": outputs, "reasons": reasons,
             "reasons_by": reasons_by, "device": device, "backend": backend,
@@ -214,7 +222,13 @@ def score(
             key=_columns(key or ""),
         )
         result = score_parquet(
-            Input(input, version=input_version, incremental=incremental, on_changed=on_changed),
+            Input(
+                input,
+                version=input_version,
+                incremental=incremental,
+                on_changed=on_changed,
+                filter=input_filter,
+            ),
             target,
             entries,
             engine=engine,

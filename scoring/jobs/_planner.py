@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from .._bundle import Bundle
 from .._changes import Changes, Incremental
-from .._dataset import InputDataset, open_input
+from .._dataset import InputDataset, filtered, open_input
 from .._drift import ColumnProfile, Profile
 from .._engines import ModelSource, engine_named, options_for, resolve_model
 from .._engines.base import preview_changes
@@ -143,6 +143,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     engine = engine_named(spec.engine)
     began = time.perf_counter()
     data = open_input(spec.input, version=spec.input_version)
+    if spec.filter is not None:  # its columns checked now; its rows counted as the run reads
+        data = filtered(data, spec.filter, incremental=spec.incremental)
     listing = time.perf_counter() - began
     store = ModelStore(spec.registry, db_url=spec.registry_db,
                        storage_options=spec.storage_options)  # fmt: skip

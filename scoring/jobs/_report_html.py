@@ -131,7 +131,8 @@ def _cards(data: dict[str, Any]) -> str:
         (f"{data['wall_seconds']:,.1f} s", "from start to finish"),
         (f"{data['rows_per_second']:,.0f}", "rows/s while scoring"),
         ("none" if margin is None else f"{margin:+,.0f} s", "deadline margin"),
-        ("yes" if data["rows_check"] else "NO", "rows out = rows in"),
+        ("yes" if data["rows_check"] else "NO",
+         "rows out <= rows in (filtered)" if data.get("filter") else "rows out = rows in"),
     ]  # fmt: skip
     changes = data.get("changes")
     if changes is not None:  # an incremental job: what it covered and what it saved

@@ -89,6 +89,7 @@ from .._explanations import canonical, parse
 from .._iceberg import is_iceberg, storage_url
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
+from .._where import RowFilter
 from ..errors import ConfigError, JobFileError
 
 if sys.version_info >= (3, 11):
@@ -195,6 +196,8 @@ class JobSpec(_EngineTables):
     """A Delta or Iceberg output's partition columns (kept columns)."""
     input_version: int | str | None = None
     """A table input's version or snapshot id, or an ISO 8601 time (default: the latest)."""
+    filter: str | None = None
+    """A SQL condition on input columns: only the rows where it holds are read and scored."""
     incremental: bool = False
     """Score only what changed since the output's last complete run of this job."""
     on_changed: Literal["refuse", "rescore"] = "refuse"
@@ -276,6 +279,17 @@ class JobSpec(_EngineTables):
                 if key == "output":
                     data.setdefault("format", "delta")
         return data
+
+    @field_validator("filter")
+    @classmethod
+    def _sql(cls, text: str | None) -> str | None:
+        """A filter that cannot be read is refused with the file, not when the run reads."""
+        if text is not None:
+            try:
+                RowFilter(text)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return text
 
     @model_validator(mode="after")
     def _one_model_key(self) -> JobSpec:
