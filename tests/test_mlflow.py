@@ -446,3 +446,24 @@ def test_export_to_an_unreachable_server_says_so_at_once(tmp_path: Path) -> None
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "is unreachable" in lines[0], result.stderr
+
+
+def test_summaries_and_reports_name_the_mlflow_model_and_its_version(
+    logged: dict[str, str], tmp_path: Path
+) -> None:
+    """Scored straight from MLflow: the URI and the version its alias named; registered
+    from MLflow: the registry's version and where it came from."""
+    ref = logged["xgboost"]
+    version = mlflow.MlflowClient().get_model_version_by_alias(ref[8:].split("@")[0], "champion")
+    X = _rows(500, seed=4).assign(id=np.arange(500))
+    (tmp_path / "in").mkdir()
+    X.to_parquet(tmp_path / "in" / "part-0.parquet")
+    direct = scoring.score_parquet(tmp_path / "in", tmp_path / "direct", ref, progress=False)
+    assert f"model {ref} (MLflow version {version.version}) (XGBClassifier)" in direct.summary()
+    registry = scoring.Registry(tmp_path / "reg")
+    mv = registry.register("churn", ref)
+    registry.set_alias("churn", "production", mv.version)
+    stored = scoring.score_parquet(tmp_path / "in", tmp_path / "stored", "churn@production",
+                                   registry=tmp_path / "reg", progress=False)  # fmt: skip
+    said = f"churn@production = churn@1 (from {ref}, MLflow version {version.version})"
+    assert said in stored.summary()

@@ -573,3 +573,37 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
     bad = _cli_score(*args, "--reasons-by", "largest")
     assert bad.exit_code == 2 and "--reasons-by" in bad.stderr, bad.output
+
+
+def test_the_summary_and_the_report_name_the_model_asked_for_and_what_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry alias, a model file, a fitted object: each named as asked, with the
+    version it resolved to and its kind; the job report's header says the same."""
+    model, X = model_frame("xgb_clf", rows=600)
+    write_input(X, tmp_path / "in", files=1)
+    model.save_model(tmp_path / "churn.ubj")
+    registry = scoring.Registry(tmp_path / "reg")
+    registry.register("churn", tmp_path / "churn.ubj")
+    registry.set_alias("churn", "production", 1)
+    kind = scoring.compile(tmp_path / "churn.ubj", backend="native").forest.model_kind
+    cases = {"churn@production": f"model churn@production = churn@1 ({kind}) on",
+             str(tmp_path / "churn.ubj"): f"model churn.ubj ({kind}) on",
+             "churn@1": f"model churn@1 ({kind}) on"}  # fmt: skip
+    for i, (ref, said) in enumerate(cases.items()):
+        report = scoring.score_parquet(tmp_path / "in", tmp_path / f"out{i}", ref,
+                                       registry=tmp_path / "reg", progress=False)  # fmt: skip
+        assert said in report.summary(), report.summary()
+    fitted = scoring.score_parquet(tmp_path / "in", tmp_path / "fitted", model, progress=False)
+    assert f"model {type(model).__name__} on" in fitted.summary()
+    job = tmp_path / "job.toml"
+    job.write_text(f'name = "named"\nmodel = "churn@production"\ninput = "{tmp_path / "in"}"\n'
+                   f'output = "{tmp_path / "job"}"\nregistry = "{tmp_path / "reg"}"\n')  # fmt: skip
+    done = runner.invoke(app, ["run", str(job)])
+    assert done.exit_code == 0, done.output
+    assert "model churn@production = churn@1" in done.output
+    page = (tmp_path / "job" / "_scoring_report.html").read_text()
+    header = page[
+        page.index("<div class='sub'>") : page.index("</div>", page.index("<div class='sub'>"))
+    ]
+    assert f"model churn@production = churn@1 ({kind}), " in header and " on cpu" in header

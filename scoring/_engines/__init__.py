@@ -138,7 +138,7 @@ def score_parquet(
                                settings={"engine_options": dict(engine_options or {})},
                                monitor=watch.monitor, incremental=incremental)  # fmt: skip
             if planned.complete:
-                return report(planned, engine=engine, timeline=[])
+                return report(planned, engine=engine, timeline=[], label=source.label)
             tracker = RunProgress(sum(f.rows for f in planned.todo), enabled=progress)
             if watch.on_progress is not None:
                 tracker.listeners.append(watch.on_progress)
@@ -146,14 +146,16 @@ def score_parquet(
                 scored = runner.run(planned, source=source, options=options, progress=tracker)
             lease.check()
             if watch.before_publish is not None:
-                watch.before_publish(report(planned, engine=engine,
-                                            timeline=tracker.timeline, scored=scored))  # fmt: skip
+                watch.before_publish(report(planned, engine=engine, timeline=tracker.timeline,
+                                            scored=scored, label=source.label))  # fmt: skip
             committing = time.perf_counter()
             files = publish(planned, scored, engine=runner)
             committed = time.perf_counter() - committing
         finally:
             lease.release()
-    result = report(planned, engine=engine, timeline=tracker.timeline, scored=scored)
+    result = report(
+        planned, engine=engine, timeline=tracker.timeline, scored=scored, label=source.label
+    )
     result.files = files
     result.stages["commit"] = committed
     return result

@@ -27,7 +27,7 @@ from .._changes import INCREMENTAL, Changes, Incremental, change_set, check_incr
 from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
-from .._frameworks import is_mlflow_ref
+from .._frameworks import is_mlflow_ref, load_mlflow_model, mlflow_name
 from .._journal import Entry
 from .._lease import OutputLease
 from .._model import compile_model
@@ -119,6 +119,9 @@ class ModelSource:
 
     compiled: Scoring
     bundle: Bundle | BundleSet | None
+    #: How summaries and reports name it: what was asked and what that resolved to
+    #: (``churn@production = churn@3``, ``models:/churn@champion (MLflow version 4)``).
+    label: str = ""
 
     @property
     def sha256(self) -> str:
@@ -165,6 +168,10 @@ class ScoreReport:
     strategy: str | None
     device: str
     outputs: list[str] = field(default_factory=list)
+    #: The model as it was asked for and what that resolved to (see ModelSource.label),
+    #: and its kind (``XGBClassifier``).
+    model_label: str = ""
+    model_kind: str = ""
     #: Why that strategy, and how it walks this model (``fused`` on CPU: the layout and
     #: schedule measured for it), as the driver compiled it.
     strategy_reason: str = ""
@@ -197,7 +204,7 @@ class ScoreReport:
             return f"{self.output} already holds this run, complete: nothing to do"
         return (
             f"{self.rows:,} rows in {self.seconds:.1f} s ({self.rows_per_second:,.0f} rows/s), "
-            f"model {self.model} on {self.backend}/{self.strategy or '-'} {self.device}, "
+            f"model {self.named_model} on {self.backend}/{self.strategy or '-'} {self.device}, "
             f"{self.files} file(s) -> {self.output}"
             + (f" ({self.rows_skipped:,} rows resumed)" if self.rows_skipped else "")
             + (f"; rows per worker: {self._per_worker()}" if not self._one_process() else "")
@@ -209,7 +216,18 @@ class ScoreReport:
         them; empty where it did not."""
         order = ("read", "prepare", "kernel", "outputs", "write")
         found = [f"{k} {self.stages[k]:.1f} s" for k in order if k in self.stages]
-        return f"busy (stages overlap): {', '.join(found)}" if found else ""
+        said = "thread seconds per stage (threads work side by side, so they may add up to more "
+        return f"{said}than the run): {', '.join(found)}" if found else ""
+
+    @property
+    def named_model(self) -> str:
+        """The model as asked for, what it resolved to, and its kind."""
+        named = self.model_label or self.model
+        return (
+            named
+            if not self.model_kind or self.model_kind in named
+            else (f"{named} ({self.model_kind})")
+        )
 
     def _one_process(self) -> bool:
         return self.engine not in ("ray", "spark")
@@ -294,21 +312,45 @@ def resolve_model(
         return ModelSource(compile_set(bundles, backend="native"), bundles)
     bundle: Bundle | None = model if isinstance(model, Bundle) else None
     store: ModelStore | None = None
+    label, name = _label(model), None
+    if isinstance(model, str) and is_mlflow_ref(model):  # loaded once, its version named
+        loaded = load_mlflow_model(model)
+        label = f"{model} (MLflow version {loaded.source.get('mlflow.model_version', '-')})"
+        model, name = loaded.model, mlflow_name(model)
     if _registry_ref(model):
         store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
         bundle = store.bundle(model)
+        label = _registered_label(model, store)
     if bundle is None and local:  # compiled from the object itself, hashed once
-        return ModelSource(compile_model(model, backend=backend, device=device,
-                                         strategy=strategy), None)  # fmt: skip
-    bundle = bundle or Bundle.of(model)
+        compiled = compile_model(model, backend=backend, device=device, strategy=strategy)
+        return ModelSource(compiled, None, label)
+    bundle = bundle or Bundle.of(model, name=name)
     if local:
         compiled = compile_model(bundle, backend=backend, device=device, strategy=strategy)
         if store is not None:  # a stored version scores only with a verified choice
             compiled.verified = ensure_verified(store, bundle, compiled)
-        return ModelSource(compiled, bundle)
+        return ModelSource(compiled, bundle, label)
     # The driver only checks and plans (it may have no GPU): the native predictor
     # produces the same columns the workers will, without compiling anything.
-    return ModelSource(compile_model(bundle, backend="native"), bundle)
+    return ModelSource(compile_model(bundle, backend="native"), bundle, label)
+
+
+def _label(model: Any) -> str:
+    """A model file by its name; an object or a Bundle by what the report says of it."""
+    return Path(model).name if isinstance(model, (str, os.PathLike)) else ""
+
+
+def _registered_label(ref: str, store: ModelStore) -> str:
+    """``churn@production = churn@3``, and where it came from if MLflow was its source."""
+    mv = store.get(ref)
+    resolved = f"{mv.name}@{mv.version}"
+    label = resolved if ref == resolved else f"{ref} = {resolved}"
+    if "mlflow.source" in mv.tags:
+        version = mv.tags.get("mlflow.model_version")
+        label += f" (from {mv.tags['mlflow.source']}" + (
+            f", MLflow version {version})" if version else ")"
+        )
+    return label
 
 
 def _registry_ref(model: Any) -> bool:
@@ -563,8 +605,9 @@ def counted(run: Run, scored: Scored) -> Counts | None:
 
 
 def report(
-    run: Run, *, engine: str, timeline: list[tuple[float, int]], scored: Scored | None = None
-) -> ScoreReport:
+    run: Run, *, engine: str, timeline: list[tuple[float, int]], scored: Scored | None = None,
+    label: str = "",
+) -> ScoreReport:  # fmt: skip
     seconds = time.perf_counter() - run.started
     rows = sum(f.rows for f in run.todo)
     if run.plan.data.where is not None and scored is not None:  # the rows the filter let in
@@ -581,6 +624,8 @@ def report(
         seconds=seconds,
         rows_per_second=rows / seconds if seconds > 0 else 0.0,
         model=run.model.ref,
+        model_label=label,
+        model_kind=getattr(getattr(run.model, "forest", None), "model_kind", ""),
         sha256=run.model.sha256,
         # what the workers actually ran, not the driver's checking model
         backend=meta.get("scoring.backend", run.model.backend),

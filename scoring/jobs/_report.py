@@ -64,8 +64,10 @@ def build_report(
     wall = (finished - started).total_seconds()
     return {
         "job": spec.name, "scoring_version": __version__, "model_ref": spec.model_ref,
+        "model_label": report.named_model,
         "model": report.model, "sha256": report.sha256, "engine": report.engine,
-        "backend": report.backend, "device": report.device, "verified": report.verified,
+        "backend": report.backend, "strategy": report.strategy, "device": report.device,
+        "verified": report.verified,
         "input": report.input,
         "input_bytes": input_bytes, "output": report.output, "output_columns": report.outputs,
         "rows": report.rows, "rows_resumed": report.rows_skipped, "changes": report.changes,

@@ -81,7 +81,11 @@ def render_failure_html(data: dict[str, Any]) -> str:
 
 def _page(job: str, status: str, label: str, data: dict[str, Any], body: str) -> str:
     title = html.escape(f"scoring job {job}")
-    sub = html.escape(f"scoring {data['scoring_version']}; output {data['output']}")
+    model = data.get("model_label") or data.get("model_ref") or ""
+    ran = f", {data['backend']}/{data.get('strategy') or '-'} on {data['device']}" if (
+        "backend" in data) else ""  # fmt: skip
+    sub = html.escape(f"model {model}{ran}; output {data['output']}; "
+                      f"scoring {data['scoring_version']}")  # fmt: skip
     return (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
         f"<style>{_CSS}</style></head><body><main><h1>{title}<span class='badge {status}'>"
@@ -145,21 +149,30 @@ def _cards(data: dict[str, Any]) -> str:
 
 
 def _stages(stages: dict[str, float]) -> str:
-    """Plan, scoring and commit in order; the busy seconds of the pipelined stages."""
-    found = [f"{k} {stages[k]:,.1f} s" for k in ("plan", "run", "commit") if k in stages]
+    """Plan, scoring and commit in order: the run's wall time."""
+    return ", ".join(f"{k} {stages[k]:,.1f} s" for k in ("plan", "run", "commit") if k in stages)
+
+
+def _thread_time(stages: dict[str, float]) -> str:
+    """The pipelined stages' thread seconds: several threads read, score and write side
+    by side, so these may add up to more than the run took."""
     steps = [f"{k} {stages[k]:,.1f} s" for k in ("prepare", "kernel", "outputs") if k in stages]
     busy = [f"{k} {stages[k]:,.1f} s" for k in ("read", "score", "write") if k in stages]
     if steps and "score" in stages:  # scoring's own steps, inside its busy seconds
         busy[busy.index(f"score {stages['score']:,.1f} s")] += f" ({', '.join(steps)})"
-    return ", ".join(found) + (f" (busy, overlapping: {', '.join(busy)})" if busy else "")
+    if not busy:
+        return "-"
+    return ", ".join(busy) + "; summed over threads working side by side, so more than the run"
 
 
 def _facts(data: dict[str, Any]) -> str:
     stages = _stages(data["stages"])
     return _table([
         ("started", data["started"]), ("finished", data["finished"]),
-        ("deadline", data["deadline"] or "none"), ("stages", stages),
-        ("model", f"{data['model_ref']} = {data['model']}"), ("sha256", data["sha256"]),
+        ("deadline", data["deadline"] or "none"), ("wall time", stages),
+        ("thread time", _thread_time(data["stages"])),
+        ("model", data.get("model_label") or f"{data['model_ref']} = {data['model']}"),
+        ("sha256", data["sha256"]),
         ("engine", f"{data['engine']}: {data['backend']} on {data['device']}"),
         ("parity", data.get("verified") or "not held to a registry record"),
         ("input", f"{data['input']} ({data['plan']['files']:,} files, "
@@ -177,7 +190,8 @@ def _planned(data: dict[str, Any]) -> str:
     pace = data.get("vs_io_alone")
     io_alone = data["plan"].get("io_rows_per_second")
     if pace and io_alone:  # what reading and writing the input alone would take
-        text += f"; its pace: {pace:.0%} of IO alone ({io_alone:,.0f} rows/s per worker)"
+        text += (f"; scored at {pace:.0%} of the rate of reading and writing the same "
+                 f"files without scoring ({io_alone:,.0f} rows/s per worker)")  # fmt: skip
     return text
 
 
