@@ -19,7 +19,7 @@ from scoring._drift import Profile
 from scoring._frameworks import import_model
 from scoring._lease import OutputLease
 from scoring._modelset import prefixed
-from scoring.errors import EngineError, MissingColumnError, OutputError
+from scoring.errors import MissingColumnError, OutputError
 
 from .test_score_parquet import assert_native_parity, model_frame, native_columns, write_input
 
@@ -254,15 +254,24 @@ def test_gpu_executors_without_task_gpus_warn() -> None:
     assert chosen.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch") == "5000"
 
 
-def test_an_executor_failure_is_one_engine_error_naming_it(tmp_path: Path, spark: Any) -> None:
+def test_an_executors_error_is_raised_as_itself(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a Python worker raised, not Spark's wrapping of it: its own type and
+    message; Spark's exception is its cause only when debugging."""
+    from scoring.errors import InvalidValueError
+
     model, X = model_frame("sk_gb_clf", rows=3000)  # GradientBoosting refuses NaN
     X.iloc[2500, 1] = np.nan  # past the rows the driver checks: only an executor sees it
     write_input(X, tmp_path / "in", files=1)
-    with pytest.raises(EngineError, match=r"Spark job failed.*NaN") as caught:
-        scoring.score_parquet(tmp_path / "in", tmp_path / "out", model, engine="spark",
-                              keep=["id"], progress=False)  # fmt: skip
-    assert type(caught.value.__cause__).__module__.startswith(("pyspark", "py4j"))
-    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    for debug in ("0", "1"):
+        monkeypatch.setenv("SCORING_DEBUG", debug)
+        with pytest.raises(InvalidValueError, match=r"feature column 'f1' has 1 NaN") as caught:
+            scoring.score_parquet(tmp_path / "in", tmp_path / f"out{debug}", model,
+                                  engine="spark", keep=["id"], progress=False)  # fmt: skip
+        cause = caught.value.__cause__
+        assert (cause is None) if debug == "0" else type(cause).__module__.startswith("pyspark")
+        assert not (tmp_path / f"out{debug}" / "_SUCCESS").exists()
 
 
 def test_task_gpu_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,3 +363,36 @@ def test_a_zero_row_file_among_others_on_spark(tmp_path: Path, spark: Any, backe
     from .test_schema_drift import test_a_zero_row_file_among_others_is_scored_as_zero_rows
 
     test_a_zero_row_file_among_others_is_scored_as_zero_rows(tmp_path, backend, engine="spark")
+
+
+def test_a_workers_error_reaches_the_command_as_its_one_line(tmp_path: Path) -> None:
+    """A value the model refuses deep in a file (past the rows the driver checks): the
+    Python worker raises, and ``scoring score --engine spark`` prints the product's one
+    line and exits 6 (bad input), with no Java stack; ``--debug`` shows Spark's own."""
+    import subprocess
+    import sys
+
+    from sklearn.ensemble import RandomForestClassifier
+
+    from scoring._frameworks import dump_model
+
+    rng = np.random.default_rng(5)
+    X = pd.DataFrame(rng.normal(size=(4000, 3)).astype(np.float32), columns=["a", "b", "c"])
+    forest = RandomForestClassifier(n_estimators=3, max_depth=3).fit(X, X.a > X.b)
+    (tmp_path / "model.skops").write_bytes(dump_model(forest))
+    X.loc[3900, "b"] = np.inf  # scikit-learn's float32 trees refuse it
+    (tmp_path / "in").mkdir()
+    X.to_parquet(tmp_path / "in" / "part-0.parquet")
+    scoring_cli = str(Path(sys.executable).with_name("scoring"))
+    args = [scoring_cli, "score", "--engine", "spark", "--spark-master", "local[1]", "--model",
+            str(tmp_path / "model.skops"), "--input", str(tmp_path / "in"), "--output"]  # fmt: skip
+    done = subprocess.run([*args, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 6, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("scoring score: ")]
+    assert len(said) == 1 and "'b'" in said[0] and "inf" in said[0], done.stderr[-3000:]
+    assert "at org.apache.spark" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    debug = subprocess.run([scoring_cli, "--debug", *args[1:], str(tmp_path / "out2")],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert debug.returncode != 0 and "at org.apache.spark" in debug.stderr

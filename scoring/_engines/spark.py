@@ -43,6 +43,7 @@ from .base import (
 )
 from .placement import placement_only, scoring_device, worker_label
 from .plan import ScoreSpec
+from .spark_errors import quiet_task_failures, worker_errors
 
 __all__ = [
     "ARROW_BATCH_ROWS",
@@ -87,7 +88,9 @@ def local_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {"spark.ui.showConsoleProgress": "false", **(conf or {})}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    quiet_task_failures(session)
+    return session
 
 
 def tune_session(spark: Any) -> str:
@@ -356,8 +359,8 @@ def _with_progress(spark: Any, write: Any, run: Run, progress: RunProgress) -> N
         if rows > reported:
             progress.advance(rows - reported)
             reported = rows
-    if errors:
-        with translated("spark", "the Spark job failed"):
+    if errors:  # a worker's error as its own one line; Spark's own, translated
+        with translated("spark", "the Spark job failed"), worker_errors():
             raise errors[0]
     progress.advance(total - reported)
 

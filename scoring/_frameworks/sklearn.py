@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from .._ir import Forest, Tree, largest_float32_at_most
 from .._outputs import squeeze
@@ -285,6 +286,15 @@ class SklearnNative(NativeModel):
         clone = copy.deepcopy(self.model)
         clone.set_params(n_jobs=1)
         return SklearnNative(clone, self.forest)
+
+    def prepare(self, X: Any, method: str) -> Any:
+        """An array as a frame of the names the model was fitted with: its columns are
+        already those features in order (matched by name before), and scikit-learn
+        warns on every call of a frame-fitted model asked with an array."""
+        names = list(getattr(self.model, "feature_names_in_", []))
+        if names and isinstance(X, np.ndarray) and X.ndim == 2 and len(names) == X.shape[1]:
+            return pd.DataFrame(X, columns=names, copy=False)
+        return X
 
     def predict_proba(self, X: Any) -> Any:
         if self.forest.task == "multioutput":  # a list: one array per target
