@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-.PHONY: install runtime demo examples test lint docs bench peers clean image
+.PHONY: install runtime demo examples test lint docs screenshots bench peers clean image
 
 # `runtime`: what the product itself needs (torch, then `pip install -e .`), all the
 # demo installs. `install`: that, the optional engines and stores, and the development
@@ -64,7 +64,7 @@ examples: runtime
 	$(BIN)/scoring models apply models/ --registry examples/registry
 
 test: install
-	$(BIN)/ruff check scoring tests benchmarks docs/hooks
+	$(BIN)/ruff check scoring tests benchmarks docs/hooks docs/tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(MAKE) --no-print-directory docs
@@ -76,9 +76,14 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	@echo "the site is in site/ (open site/index.html)"
 
+# The job report pictures in docs/, made again from real runs and rendered by headless
+# Chromium (apt-get install chromium).
+screenshots: install
+	$(BIN)/python docs/tools/screenshots.py
+
 lint: install
-	$(BIN)/ruff check scoring tests benchmarks docs/hooks
-	$(BIN)/ruff format --check scoring tests benchmarks docs/hooks
+	$(BIN)/ruff check scoring tests benchmarks docs/hooks docs/tools
+	$(BIN)/ruff format --check scoring tests benchmarks docs/hooks docs/tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 

@@ -181,7 +181,7 @@ def test_each_stage_s_busy_seconds_are_reported(tmp_path: Path) -> None:
                                str(tmp_path / "in"), "--output", str(tmp_path / "out"),
                                "--backend", "tensor"])  # fmt: skip
     assert said.exit_code == 0, said.output
-    busy = next(line for line in said.stderr.splitlines() if line.startswith("busy"))
+    busy = next(line for line in said.stderr.splitlines() if line.startswith("thread seconds"))
     for stage in ("read", "prepare", "kernel", "outputs", "write"):
         assert f" {stage} " in busy, busy
 

@@ -107,6 +107,7 @@ RUN = [
     "scoring models register churn.ubj --name churn --sample sample.parquet   # churn@1",
     'import scoring\n\ncm = scoring.Registry().load("churn@production")',
     "export RUN_DATE=2026-11-21",
+    "from pyspark.ml.functions import predict_batch_udf",
 ]
 
 
@@ -237,6 +238,11 @@ def test_spark_example(lake: Path) -> None:
             .collect()
         )
         assert len(rows) == 3000 and all(0 <= r.p <= 1 for r in rows)
+        exec(block(RUN[15]), namespace)  # predict_batch_udf, on the same session and view
+        scores = namespace["scores"].select("customer_id", "p").orderBy("customer_id")
+        assert [round(r.p, 5) for r in scores.collect()] == [
+            round(r.p, 5) for r in sorted(rows, key=lambda r: r.customer_id)
+        ]
     finally:
         if "spark" in namespace:
             namespace["spark"].stop()

@@ -467,3 +467,27 @@ def test_summaries_and_reports_name_the_mlflow_model_and_its_version(
                                    registry=tmp_path / "reg", progress=False)  # fmt: skip
     said = f"churn@production = churn@1 (from {ref}, MLflow version {version.version})"
     assert said in stored.summary()
+
+
+def test_unity_catalog_style_names(tracking_uri: str, tmp_path: Path) -> None:
+    """``models:/catalog.schema.model@alias``, Unity Catalog's three-level names, against
+    this MLflow registry (which takes dots in names): compiled, registered under that
+    name by the command, and scored with the URI and version named."""
+    import xgboost
+
+    X = _rows(400, seed=21)
+    model = xgboost.XGBClassifier(n_estimators=6, max_depth=3).fit(X, _target(X))
+    ref = _log("xgboost", "main.risk.churn", model)
+    assert ref == "models:/main.risk.churn@champion"
+    np.testing.assert_allclose(scoring.compile(ref).predict_proba(X), model.predict_proba(X),
+                               rtol=1e-6)  # fmt: skip
+    from typer.testing import CliRunner
+
+    from scoring.cli import app
+
+    said = CliRunner().invoke(app, ["models", "register", ref, "--registry", str(tmp_path / "r")])
+    assert said.exit_code == 0 and said.stdout.strip() == "main.risk.churn@1", said.output
+    (tmp_path / "in").mkdir()
+    X.to_parquet(tmp_path / "in" / "part-0.parquet")
+    report = scoring.score_parquet(tmp_path / "in", tmp_path / "out", ref, progress=False)
+    assert f"model {ref} (MLflow version 1)" in report.summary()

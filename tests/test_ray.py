@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -412,3 +413,54 @@ def test_ray_s_own_log_lines_stay_out_of_the_terminal(tmp_path: Path) -> None:
     assert done.returncode == 0 and "scored" in done.stdout, done.stderr[-2000:]
     assert "core_worker" not in done.stderr, done.stderr[-2000:]
     assert "(raylet)" not in done.stderr, done.stderr[-2000:]  # the daemons' lines too
+
+
+def test_progress_follows_the_actors_batch_by_batch(
+    ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's progress moves while an actor is still inside its job: the actor
+    holds after its first file (before Ray hears the file is done), and by then the
+    driver's bar already counts that file's rows, which only the actor's own counter
+    could tell it.  Then the run ends with every row counted once."""
+    from scoring._engines.ray_progress import RowCounter, Sender
+
+    model, X = model_frame("xgb_clf", rows=6000)
+    write_input(X, tmp_path / "in", files=2)
+    first = pq.ParquetFile(tmp_path / "in" / "part-0.parquet").metadata.num_rows
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    holding = plan.Hooks(on_file_journaled=plan.HoldAfterFirstFile(str(hold)))
+    monkeypatch.setattr(plan, "HOOKS", holding)
+    seen, moved = [], threading.Event()
+
+    def watch(seconds: float, rows: int) -> None:
+        seen.append(rows)
+        if rows >= first and not (hold / "release").exists():
+            moved.set()
+
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        done["report"] = scoring.score_parquet(
+            tmp_path / "in", tmp_path / "out", model, engine="ray", keep=["id"],
+            engine_options={"num_workers": 1, "files_at_once": 1}, progress=False,
+            run=scoring.RunOptions(on_progress=watch),
+        )  # fmt: skip
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert moved.wait(240), f"the driver's progress did not move while held: {seen}"
+    finally:
+        (hold / "release").touch()
+        runner.join()
+    assert done["report"].rows == 6000 and seen[-1] == 6000
+    assert seen == sorted(seen)  # never backwards
+    # A pipeline's progress reports its cumulative rows; the counter gets the new ones.
+    counter, sent = RowCounter(), []
+    sender = Sender(SimpleNamespace(add=SimpleNamespace(remote=sent.append)))
+    for rows in (100, 100, 250):
+        sender(0.0, rows)
+    for rows in sent:
+        counter.add(rows)
+    assert sent == [100, 150] and counter.total() == 250

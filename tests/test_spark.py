@@ -396,3 +396,39 @@ def test_a_workers_error_reaches_the_command_as_its_one_line(tmp_path: Path) -> 
     debug = subprocess.run([scoring_cli, "--debug", *args[1:], str(tmp_path / "out2")],
                            capture_output=True, text=True, timeout=600)  # fmt: skip
     assert debug.returncode != 0 and "at org.apache.spark" in debug.stderr
+
+
+@pytest.mark.parametrize("name", ["xgb_clf", "xgb_multi"])
+def test_predict_batch_udf_with_make_predict_fn(spark: Any, registry: Any, name: str) -> None:
+    """Spark ML's batch inference recipe: ``predict_batch_udf(make_predict_fn(...))`` on
+    the feature columns in order, and on one array column of them; a probability per row
+    (binary) or an array per row (multiclass), as the native predictor gives them."""
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql import functions as F
+
+    from scoring.errors import ConfigError
+    from scoring.spark import make_predict_fn
+
+    df, X = _features(spark, name, rows=2000)
+    make = make_predict_fn(f"{name}@1", registry=registry)
+    score = predict_batch_udf(make, return_type=make.return_type, batch_size=700)
+    features = list(X.columns)
+    by_columns = df.select("id", score(*features).alias("p")).orderBy("id").toPandas()
+    one = make_predict_fn(f"{name}@1", inputs="array", registry=registry)
+    arrays = predict_batch_udf(one, return_type=one.return_type, batch_size=700,
+                               input_tensor_shapes=[[len(features)]])  # fmt: skip
+    by_array = df.select("id", arrays(F.array(*features)).alias("p")).orderBy("id").toPandas()
+    ref = native_columns(name, X)
+    classes = [v for c, v in ref.items() if c.startswith("probability_")]
+    want = ref["probability"] if name == "xgb_clf" else np.column_stack(classes)
+    for got in (by_columns, by_array):
+        np.testing.assert_allclose(np.stack(got["p"].to_list()).reshape(want.shape), want,
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+    labels = make_predict_fn(f"{name}@1", output="label", registry=registry)
+    label = predict_batch_udf(labels, return_type=labels.return_type, batch_size=700)
+    got_labels = df.select("id", label(*features).alias("y")).orderBy("id").toPandas()
+    np.testing.assert_array_equal(got_labels["y"], ref["label"])
+    with pytest.raises(ConfigError, match="register_udf"):
+        make_predict_fn(f"{name}@1", output="all", registry=registry)
+    with pytest.raises(ConfigError, match="'columns' or 'array'"):
+        make_predict_fn(f"{name}@1", inputs="tensor", registry=registry)

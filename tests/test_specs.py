@@ -143,7 +143,7 @@ def test_a_loose_spelling_beside_its_record_or_an_unknown_keyword_is_refused(
 
 #: A wrong value for every field of every record.
 WRONG = {
-    "Input": {"location": 3, "version": 1.5, "incremental": "yes", "on_changed": 5},
+    "Input": {"location": 3, "version": 1.5, "incremental": "yes", "on_changed": 5, "filter": 7},
     "Output": {"location": None, "format": 1, "mode": True, "partition_by": "date", "key": "id"},
     "RunOptions": {"verify": "yes", "monitor": {}, "on_progress": 5, "before_publish": "f"},
 }

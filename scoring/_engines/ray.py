@@ -54,6 +54,7 @@ from .ray_cluster import (
     patient,
     plan_workers,
 )
+from .ray_progress import Sender, following, row_counter
 
 __all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions"]
 
@@ -88,6 +89,7 @@ class _Spec:
     threads: int
     lanes: int = 1
     placement: bool = False  # GPUs place the actors, the CPU scores (see .placement)
+    counter: Any = None  # the run's RowCounter actor: rows as they are scored
 
 
 class _FileWorker:
@@ -115,7 +117,7 @@ class _FileWorker:
         self.metadata = json.dumps(metadata)  # what every file of this actor carries
         self.run = Run(replace(plan, schema=plan.schema.with_metadata(metadata)), model, scorer)
         self.name = worker_label(gpus)
-        self.lanes = spec.lanes
+        self.lanes, self.counter = spec.lanes, spec.counter
         self.lock = threading.Lock()
         self.feed: FileFeed | None = None  # the running pipeline's, None when there is none
         self.waiting: dict[str, Future[Entry]] = {}
@@ -133,6 +135,8 @@ class _FileWorker:
 
     def _serve(self, feed: FileFeed) -> None:
         progress = RunProgress(0, enabled=False)
+        if self.counter is not None:  # the driver's bar follows every batch written
+            progress.listeners.append(Sender(self.counter))
         try:
             run_local(self.run, progress=progress, lanes=self.lanes, feed=feed,
                       on_entry=self._journaled)  # fmt: skip
@@ -225,25 +229,34 @@ class RayEngine:
             threads=plan.threads,
             lanes=options.files_at_once or file_lanes(plan.threads),
             placement=placement_only(),
+            counter=row_counter(),
         )
         tally = _Tally()
+        cap = sum(f.rows for f in run.todo)
+        with following(spec.counter, progress, cap=cap):
+            self._attempts(run, spec, plan, tally)
+        entries = _journaled(run)  # one listing of the journal for both
+        tally.count_unreported(run, entries)
+        progress.advance(max(0, sum(e.rows for e in entries) - progress.rows))
+        return Scored(entries, tally.workers, tally.metadata)
+
+    def _attempts(self, run: Run, spec: _Spec, plan: WorkerPlan, tally: _Tally) -> None:
+        """Ray jobs until every file is journaled: after a failure of Ray's own, the
+        files not yet journaled go to a new job, :data:`RAY_ATTEMPTS` at most."""
         todo = run.todo
         for attempt in range(1, RAY_ATTEMPTS + 1):
-            failure = _attempt(replace(run, todo=todo), spec, plan, tally, progress)
+            failure = _attempt(replace(run, todo=todo), spec, plan, tally)
             if failure is None:
-                break
+                return
             done = run.plan.journal.completed(todo)
             todo = [f for f in todo if f.relpath not in done]
             _warn(failure, left=len(todo), attempt=attempt)
             if not todo:
-                break
+                return
             if attempt == RAY_ATTEMPTS:
                 fix = NEVER_RAN_FIX if NEVER_RAN in str(failure) else ""
                 with translated("ray", f"the Ray job failed {RAY_ATTEMPTS} times", fix=fix):
                     raise failure
-        entries = _journaled(run)  # one listing of the journal for both
-        tally.count_unreported(run, entries, progress)
-        return Scored(entries, tally.workers, tally.metadata)
 
 
 ENGINE = register(RayEngine())
@@ -271,13 +284,12 @@ class _Tally:
     reported: set[int] = field(default_factory=set)
     metadata: dict[str, str] = field(default_factory=dict)
 
-    def add(self, row: Mapping[str, Any], progress: RunProgress) -> None:
+    def add(self, row: Mapping[str, Any]) -> None:
         self.workers[row["worker"]] = self.workers.get(row["worker"], 0) + int(row["rows"])
         self.reported.add(int(row["fragment"]))
         self.metadata = self.metadata or json.loads(row["metadata"])
-        progress.advance(int(row["rows"]))
 
-    def count_unreported(self, run: Run, entries: list[Entry], progress: RunProgress) -> None:
+    def count_unreported(self, run: Run, entries: list[Entry]) -> None:
         """Rows of files the journal proves done (``entries``, in ``run.todo``'s order)
         whose worker Ray never reported (its job failed after they were journaled):
         counted for nobody, not lost."""
@@ -285,12 +297,9 @@ class _Tally:
         rows = sum(e.rows for f, e in pairs if f.index not in self.reported)
         if rows:
             self.workers[_UNREPORTED] = rows
-            progress.advance(rows)
 
 
-def _attempt(
-    run: Run, spec: _Spec, plan: WorkerPlan, tally: _Tally, progress: RunProgress
-) -> BaseException | None:
+def _attempt(run: Run, spec: _Spec, plan: WorkerPlan, tally: _Tally) -> BaseException | None:
     """One Ray job over ``run.todo``: None when it finished, else Ray's own failure (a
     file's error, ours or the OS's, is raised as it was)."""
     import ray
@@ -301,7 +310,7 @@ def _attempt(
             for row in rows:
                 if row["error"]:
                     raise _raised(row["error"], worker=row["worker"])
-                tally.add(row, progress)
+                tally.add(row)
         except ray.exceptions.RayError as exc:
             ours = _ours(exc)
             if ours is not None:
