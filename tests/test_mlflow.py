@@ -434,8 +434,14 @@ def test_an_alias_is_resolved_once(
 
 
 @pytest.mark.timeout(120)  # a hang guard: MLflow's own retries took minutes
-def test_export_to_an_unreachable_server_says_so_at_once(tmp_path: Path) -> None:
+def test_export_to_an_unreachable_server_says_so_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import xgboost
+
+    # --mlflow-uri is MLflow's own setting for the command's process: here, this one's,
+    # and the module's server again for the tests after this one.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI", ""))
 
     X = _rows(100, seed=12)
     home = tmp_path / "home"

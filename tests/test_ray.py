@@ -416,12 +416,15 @@ def test_ray_s_own_log_lines_stay_out_of_the_terminal(tmp_path: Path) -> None:
 
 
 def test_progress_follows_the_actors_batch_by_batch(
-    ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     """The driver's progress moves while an actor is still inside its job: the actor
     holds after its first file (before Ray hears the file is done), and by then the
-    driver's bar already counts that file's rows, which only the actor's own counter
-    could tell it.  Then the run ends with every row counted once."""
+    driver's progress already counts that file's rows, which only the actor's own counter
+    could tell it; its log lines (stderr not a terminal) say so as the local engine's
+    do.  Then the run ends with every row counted once."""
+    from scoring import _progress
     from scoring._engines.ray_progress import RowCounter, Sender
 
     model, X = model_frame("xgb_clf", rows=6000)
@@ -431,6 +434,7 @@ def test_progress_follows_the_actors_batch_by_batch(
     hold.mkdir()
     holding = plan.Hooks(on_file_journaled=plan.HoldAfterFirstFile(str(hold)))
     monkeypatch.setattr(plan, "HOOKS", holding)
+    monkeypatch.setattr(_progress, "LOG_EVERY_S", 0.0)  # a line at every update
     seen, moved = [], threading.Event()
 
     def watch(seconds: float, rows: int) -> None:
@@ -443,7 +447,7 @@ def test_progress_follows_the_actors_batch_by_batch(
     def run() -> None:
         done["report"] = scoring.score_parquet(
             tmp_path / "in", tmp_path / "out", model, engine="ray", keep=["id"],
-            engine_options={"num_workers": 1, "files_at_once": 1}, progress=False,
+            engine_options={"num_workers": 1, "files_at_once": 1}, progress=True,
             run=scoring.RunOptions(on_progress=watch),
         )  # fmt: skip
 
@@ -456,6 +460,9 @@ def test_progress_follows_the_actors_batch_by_batch(
         runner.join()
     assert done["report"].rows == 6000 and seen[-1] == 6000
     assert seen == sorted(seen)  # never backwards
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if " scoring: " in ln]
+    assert f"scoring: {first:,}/6,000 rows" in "\n".join(lines), lines
+    assert lines[-1].split(" scoring: ")[1].startswith("6,000/6,000 rows"), lines
     # A pipeline's progress reports its cumulative rows; the counter gets the new ones.
     counter, sent = RowCounter(), []
     sender = Sender(SimpleNamespace(add=SimpleNamespace(remote=sent.append)))

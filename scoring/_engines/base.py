@@ -315,7 +315,8 @@ def resolve_model(
     label, name = _label(model), None
     if isinstance(model, str) and is_mlflow_ref(model):  # loaded once, its version named
         loaded = load_mlflow_model(model)
-        label = f"{model} (MLflow version {loaded.source.get('mlflow.model_version', '-')})"
+        version = loaded.source.get("mlflow.model_version")  # none for a run's or a folder's
+        label = f"{model} (MLflow version {version})" if version else str(model)
         model, name = loaded.model, mlflow_name(model)
     if _registry_ref(model):
         store = registry if isinstance(registry, ModelStore) else ModelStore(registry)
