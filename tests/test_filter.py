@@ -156,12 +156,18 @@ def test_every_engine_writes_the_rows_inside_the_filter(
 ) -> None:
     if engine == "spark" and shutil.which("java") is None:
         pytest.skip("Spark needs a Java runtime")
-    pytest.importorskip("ray" if engine == "ray" else "pyspark")
+    module = pytest.importorskip("ray" if engine == "ray" else "pyspark")
     root, frame = lake
     options: dict[str, Any] = {"num_workers": 1} if engine == "ray" else {"master": "local[1]"}
-    scoring.score_parquet(scoring.Input(root, filter=CONDITION), tmp_path / "out", model,
-                          engine=engine, keep=["id"], engine_options=options,
-                          progress=False)  # fmt: skip
+    if engine == "ray":  # this test's own Ray, gone after it (as test_delta's)
+        module.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        scoring.score_parquet(scoring.Input(root, filter=CONDITION), tmp_path / "out", model,
+                              engine=engine, keep=["id"], engine_options=options,
+                              progress=False)  # fmt: skip
+    finally:
+        if engine == "ray":
+            module.shutdown()
     out = pd.read_parquet(tmp_path / "out").sort_values("id")
     assert out.id.tolist() == _inside(frame, CONDITION)
     chosen = frame.set_index("id").loc[out.id, FEATURES]
