@@ -89,7 +89,7 @@ class RowFilter:
             raise self._refused(f"cannot be read{where}: {said}") from None
         except sqlglot.errors.SqlglotError as exc:
             raise self._refused(f"cannot be read: {str(exc).splitlines()[0]}") from None
-        self.expression: pc.Expression = self._condition(tree)
+        self.expression: pc.Expression = self._value(tree)
 
     def mask(self, batch: pa.Table | pa.RecordBatch) -> pa.Array:
         """Per row of ``batch``, whether it is inside (a null condition is outside)."""
@@ -108,10 +108,7 @@ class RowFilter:
 
     # -- translation -------------------------------------------------------------
 
-    def _condition(self, node: Any) -> Any:  # sqlglot's tree
-        return self._value(node)
-
-    def _value(self, node: exp.Expression) -> Any:
+    def _value(self, node: Any) -> Any:  # a node of sqlglot's tree
         if isinstance(node, exp.Alias):  # "a = 1 b": SQL reads b as a name for a = 1
             raise self._refused(f"unexpected {node.alias!r} after {node.this.sql()!r}")
         if node.args.get("negate"):  # "x NOT LIKE 'a%'" is one node, negated

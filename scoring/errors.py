@@ -7,6 +7,7 @@ a message that names the culprit (column, file, value, model kind) and the fix.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -192,6 +193,12 @@ def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
         if isinstance(kind, type) and issubclass(kind, BaseException):
             found[kind] = ours
     return found
+
+
+def debugging() -> bool:
+    """``--debug`` or ``SCORING_DEBUG=1``: tracebacks and the libraries' own error output
+    are shown rather than the product's one line."""
+    return os.environ.get("SCORING_DEBUG", "") not in ("", "0")
 
 
 def cause_line(exc: BaseException, *, first_line: bool = False) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._cache import compiled
 from .._modelset import Scoring, load_payload
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError, EngineError, debugging
 
 __all__ = [
     "ACTOR_INIT_DEATHS",
@@ -78,12 +78,11 @@ def connect(address: str | None = None) -> None:
         # from this process, and its daemons' ("(raylet) ... logging.cc") through the
         # driver's log forwarding.  A worker's failure reaches us as a record anyway;
         # --debug keeps both, and Ray's session logs (/tmp/ray/session_latest/logs) too.
-        debug = os.environ.get("SCORING_DEBUG", "") not in ("", "0")
-        if not debug:
+        if not debugging():
             os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             ray.init(address=address, logging_level=logging.WARNING, include_dashboard=False,
-                     log_to_driver=debug)  # fmt: skip
+                     log_to_driver=debugging())  # fmt: skip
         except ConnectionError as exc:
             raise EngineError(f"cannot join the Ray cluster at {address!r}: {exc}") from exc
     # Our own progress and summary replace Ray Data's per-operator bars and its

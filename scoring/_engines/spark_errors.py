@@ -10,13 +10,13 @@ worker raised, with its own message, so the command prints its one line.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .. import errors
+from ..errors import debugging
 
 __all__ = ["quiet_task_failures", "raised_in_worker", "worker_errors"]
 
@@ -32,14 +32,10 @@ TASK_LOGGERS = (
 _OURS = re.compile(r"^scoring\.errors\.([A-Za-z]+Error): (.+)$", flags=re.M)
 
 
-def _debugging() -> bool:
-    return os.environ.get("SCORING_DEBUG", "") not in ("", "0")
-
-
 def quiet_task_failures(spark: Any) -> None:
     """Keep a failed task's Java stack out of stderr (the error itself still reaches the
     driver) unless debugging; only for sessions this package starts."""
-    if _debugging():
+    if debugging():
         return
     jvm = spark.sparkContext._jvm
     level = jvm.org.apache.logging.log4j.Level.OFF
@@ -72,6 +68,6 @@ def worker_errors() -> Iterator[None]:
         ours = raised_in_worker(exc)
         if ours is None:
             raise
-        if _debugging():
+        if debugging():
             raise ours from exc
         raise ours from None

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from ..errors import ConfigError, ScoringError
+from ..errors import ConfigError, ScoringError, debugging
 
 __all__ = [
     "MLFLOW_URI_OPTION", "REGISTRY_DB_OPTION", "REGISTRY_OPTION", "STORAGE_OPTION",
@@ -96,11 +96,6 @@ def _json_or_text(text: str) -> Any:
 def fail(command: str, message: str, *, code: int = 1) -> typer.Exit:
     print(f"scoring {command}: {message}", file=sys.stderr)
     return typer.Exit(code)
-
-
-def debugging() -> bool:
-    """``--debug`` or ``SCORING_DEBUG=1``: let unexpected errors show their traceback."""
-    return os.environ.get("SCORING_DEBUG", "") not in ("", "0")
 
 
 class Terminated(BaseException):

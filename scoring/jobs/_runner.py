@@ -271,9 +271,8 @@ def _with_retries(
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
     for attempt in range(1, spec.retries + 2):
         try:
-            source = Input(
-                data, incremental=spec.incremental, on_changed=spec.on_changed, filter=spec.filter
-            )
+            # The planner's input carries the job's filter already (_dataset.filtered).
+            source = Input(data, incremental=spec.incremental, on_changed=spec.on_changed)
             target = Output(spec.output, format=spec.format, mode=spec.mode,
                             partition_by=spec.partition_by, key=spec.key)  # fmt: skip
             run = RunOptions(verify=spec.verify, monitor=checks.reference, on_progress=watch,
