@@ -5,7 +5,9 @@ The overlay names every resource after the job (``nameSuffix``), replaces the ex
 job file in the ConfigMap with this one, and sets the CronJob's schedule, time zone and
 ``activeDeadlineSeconds``.  The last comes from the job's window: a duration deadline
 (``45m``) is the window; a clock deadline (``01:45``) is the time from the schedule's
-start to it (a schedule of the form ``M H * * *``).  The pod gets the window plus a
+start to it (a schedule of the form ``M H * * *``), and a deadline dated from the run's
+date (``${RUN_DATE}+1d 01:45``) the time from the start on that date, as the pod sets
+``RUN_DATE`` to the day it starts.  The pod gets the window plus a
 quarter (at least ten minutes) so that a late run finishes and exits 4 (finished late,
 output complete) rather than being killed mid-publication.  A GPU job adds the ``gpu``
 component (``nvidia.com/gpu``, the pool's toleration and label), a Ray job the ``ray``
@@ -33,6 +35,7 @@ __all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
 _DAILY = re.compile(r"^(\d{1,2}) (\d{1,2}) \* \* \*$")
+_RUN_DATED = re.compile(r"^\$\{?RUN_DATE\}?\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T)(\d{1,2}):(\d{2})$")
 
 
 @dataclass(frozen=True)
@@ -49,18 +52,30 @@ def window_seconds(deadline: str, *, schedule: str | None) -> int:
     if duration and any(duration.groups()):
         h, m, s = (int(g or 0) for g in duration.groups())
         return h * 3600 + m * 60 + s
-    clock = _CLOCK.match(deadline.strip())
-    if clock is None:
-        raise ConfigError(f"deadline {deadline!r}: expected a duration (45m) or a clock time")
+    clock, dated = _CLOCK.match(deadline.strip()), _RUN_DATED.match(deadline.strip())
+    if clock is None and dated is None:
+        raise ConfigError(
+            f"deadline {deadline!r}: expected a duration (45m), a clock time (01:45) or one "
+            "dated from the run's date (${RUN_DATE}+1d 01:45)"
+        )
     daily = _DAILY.match((schedule or "").strip())
     if daily is None:
         raise ConfigError(
-            f"deadline {deadline!r} is a clock time: its window needs a daily schedule "
+            f"deadline {deadline!r} is a time of day: its window needs a daily schedule "
             "('M H * * *'), or give the job a duration deadline (e.g. \"75m\")"
         )
     start = int(daily.group(2)) * 60 + int(daily.group(1))
-    end = int(clock.group(1)) * 60 + int(clock.group(2))
-    return ((end - start) % (24 * 60) or 24 * 60) * 60
+    if clock is not None:
+        end = int(clock.group(1)) * 60 + int(clock.group(2))
+        return ((end - start) % (24 * 60) or 24 * 60) * 60
+    days, hour, minute = (int(g or 0) for g in dated.groups())  # type: ignore[union-attr]
+    window = (days * 24 * 60 + hour * 60 + minute - start) * 60
+    if window <= 0:
+        raise ConfigError(
+            f"deadline {deadline!r} comes before the schedule's start ({schedule!r}) on the "
+            "run's date: add days (${RUN_DATE}+1d ...)"
+        )
+    return window
 
 
 def active_deadline(window: int) -> int:

@@ -173,6 +173,15 @@ def test_the_window_and_the_pod_s_deadline() -> None:
     assert window_seconds("00:15", schedule="30 23 * * *") == 45 * 60  # past midnight
     with pytest.raises(Exception, match="needs a daily schedule"):
         window_seconds("01:45", schedule="*/5 * * * *")
+    # Dated from the run's date, which the pod sets to the day it starts.
+    assert window_seconds("${RUN_DATE}+1d 01:45", schedule="30 0 * * *") == (24 * 60 + 75) * 60
+    assert window_seconds("$RUN_DATE 01:45", schedule="30 0 * * *") == 75 * 60
+    with pytest.raises(Exception, match="comes before the schedule's start"):
+        window_seconds("${RUN_DATE} 00:15", schedule="30 0 * * *")
+    with pytest.raises(Exception, match="needs a daily schedule"):
+        window_seconds("${RUN_DATE}+1d 01:45", schedule=None)
+    with pytest.raises(Exception, match="expected a duration"):
+        window_seconds("2026-11-28 01:45", schedule="30 0 * * *")  # one day only: no CronJob
     assert active_deadline(2700) == 2700 + 675  # a quarter more
     assert active_deadline(600) == 600 + 600  # at least ten minutes more
 

@@ -108,6 +108,7 @@ RUN = [
     'import scoring\n\ncm = scoring.Registry().load("churn@production")',
     "export RUN_DATE=2026-11-21",
     "from pyspark.ml.functions import predict_batch_udf",
+    "RUN_DATE=2026-10-01 scoring run jobs/nightly.toml --deadline 2h",
 ]
 
 
@@ -312,6 +313,28 @@ def test_readme_job_quickstart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     said = _sh(block(RUN[14]), tmp_path)
     assert "nightly-churn" in said and " ok " in f" {said} "
     assert (tmp_path / "examples/scores/churn/date=2026-11-21/_SUCCESS").exists()
+
+
+def test_jobs_backfill_with_a_dated_deadline(tmp_path: Path) -> None:
+    """docs/jobs.md's backfill: the nightly job given a deadline dated from its data, for
+    an old date, is refused as late (exit 3, nothing published); the page's command,
+    with a deadline from its start, runs it."""
+    from scoring.cli._examples import write_examples
+
+    shutil.copytree(ROOT / "jobs", tmp_path / "jobs")
+    write_examples(tmp_path / "examples", run_date="2026-10-01")
+    job = tmp_path / "jobs" / "nightly.toml"
+    job.write_text(re.sub(r'(?m)^deadline = .*$', 'deadline = "${RUN_DATE}+1d 01:45"',
+                          job.read_text()))  # fmt: skip
+    env = {**os.environ, "RUN_DATE": "2026-10-01"}
+    late = subprocess.run([SCORING, "run", "jobs/nightly.toml"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert late.returncode == 3, late.stderr[-3000:]
+    assert "deadline 2026-10-02T01:45:00+00:00 passed" in late.stdout + late.stderr
+    scores = tmp_path / "examples/scores/churn/date=2026-10-01"
+    assert not (scores / "_SUCCESS").exists()
+    _sh(block(RUN[16]), tmp_path)
+    assert (scores / "_SUCCESS").exists()
 
 
 # The site: built strictly, its reference generated from the code.

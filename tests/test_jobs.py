@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
@@ -268,6 +269,17 @@ def test_the_examples_command_hints_at_a_job_only_where_the_job_reads_them(
     assert late.exit_code == 3 and "NOT feasible" in late.output, late.output
     bad = runner.invoke(app, ["plan", "jobs/nightly.toml", "--deadline", "soon"])
     assert bad.exit_code == 2 and "--deadline 'soon'" in bad.stderr, bad.output
+    # Dated from RUN_DATE: a backfill of an old date is late and told how to run it; the
+    # day after today's date at 23:59 (UTC, the file's zone) is always ahead.
+    backfill = runner.invoke(
+        app, ["plan", "jobs/nightly.toml", "--deadline", "2026-11-21+1d 01:45"]
+    )
+    assert backfill.exit_code == 3, backfill.output
+    assert "deadline 2026-11-22T01:45:00+00:00 passed" in backfill.output
+    assert "give a deadline from the start (--deadline 2h)" in " ".join(backfill.output.split())
+    today = datetime.now(timezone.utc).date().isoformat()
+    ahead = runner.invoke(app, ["plan", "jobs/nightly.toml", "--deadline", f"{today}+1d 23:59"])
+    assert ahead.exit_code == 0 and "NOT feasible" not in ahead.output, ahead.output
 
 
 def test_the_demo_succeeds_and_writes_its_report_and_its_job_file_plans(
@@ -313,6 +325,31 @@ def test_clock_deadlines() -> None:
                                                                     tzinfo=berlin)  # fmt: skip
 
 
+def test_dated_deadlines_are_tied_to_the_data_s_date_not_to_the_start() -> None:
+    """``${RUN_DATE}+1d 01:45`` (expanded before validation): the day after the data's
+    date at 01:45 in the job's zone, whenever the run starts; a day or an hour that does
+    not exist, or a form that is none of the three, is refused naming the value."""
+    berlin = ZoneInfo("Europe/Berlin")
+    spec = load_job_text(deadline="2026-11-20+1d 01:45", timezone="Europe/Berlin")
+    for start in (
+        datetime(2026, 11, 20, 23, 0, tzinfo=berlin),
+        datetime(2026, 12, 5, tzinfo=berlin),
+    ):
+        assert spec.deadline_at(start) == datetime(2026, 11, 21, 1, 45, tzinfo=berlin)
+    same_day = load_job_text(deadline="2026-07-01T23:30", timezone="Europe/Berlin")
+    assert same_day.deadline_at(datetime.now(timezone.utc)) == datetime(
+        2026, 7, 1, 21, 30, tzinfo=timezone.utc
+    )  # CEST: UTC+2
+    assert load_job_text(deadline="2026-11-20 + 2d 06:00").deadline_at(
+        datetime.now(timezone.utc)
+    ) == datetime(2026, 11, 22, 6, 0, tzinfo=timezone.utc)
+    for bad, said in [("2026-02-30 01:00", "day is out of range"),
+                      ("2026-11-20+1d 24:00", "hour must be in 0..23"),
+                      ("tomorrow 01:45", "is not a deadline: give a duration")]:  # fmt: skip
+        with pytest.raises(ValueError, match=said):
+            load_job_text(deadline=bad)
+
+
 def load_job_text(**values: Any) -> Any:
     from scoring.jobs import JobSpec
 
@@ -328,7 +365,10 @@ def test_impossible_deadline_exits_3_quickly_and_writes_only_its_report(
     path = job_file(tmp_path, registry, deadline=passed)  # an hour ago: however fast we are
     result = runner.invoke(app, ["run", str(path)])
     assert result.exit_code == 3, result.output
-    assert "NOT feasible" in result.output and "needs" in result.output
+    assert "passed" in result.output and "NOT feasible" in result.output
+    assert "for a rerun or a backfill give a deadline from the start (--deadline 2h)" in (
+        " ".join(result.output.split())
+    )
     refusal = result.stderr.strip().splitlines()[-1]
     assert refusal.startswith("scoring run: refused:") and "_scoring_report.html" in refusal
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -100,8 +101,21 @@ def through_compile(name: str) -> list[str]:
     return found
 
 
+def _without_overflow_checks() -> None:
+    """The interpreter checks every int32 add and multiply for overflow, through int64
+    casts and an assert: half its time here.  The kernel's int32 values are node indices
+    of forests of at most a few thousand nodes, which these checks can never find near
+    2**31; the row offsets, which could overflow, are int64 (triton_kernel.py)."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    if hasattr(builder.options, "sanitize_overflow"):  # a Triton that has the checks
+        builder.options = replace(builder.options, sanitize_overflow=False)
+
+
 def main(args: list[str]) -> None:
     assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+    _without_overflow_checks()
     compiled = "--compile" in args
     out: dict[str, list[str]] = {}
     for name in (a for a in args if not a.startswith("--")):

@@ -36,7 +36,8 @@ _REGISTRY_DB = typer.Option(
 )
 _DEADLINE = typer.Option(
     None, "--deadline", help="in place of the job file's deadline: a duration from the start "
-    "(45m, 1h30m) or a clock time in its timezone (01:45)",
+    "(45m, 1h30m), a clock time in its timezone (01:45) or a date and time in it "
+    "(\"$RUN_DATE+1d 01:45\")",
 )  # fmt: skip
 
 

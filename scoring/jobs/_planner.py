@@ -102,7 +102,13 @@ class Plan:
         verdict = f"  estimated {self.estimated_seconds:,.1f} s"
         if self.deadline is None:
             return "\n".join([*lines, verdict + " (no deadline)"])
-        verdict += f"; deadline {self.deadline} in {self.available_seconds:,.0f} s: "
+        left = self.available_seconds or 0.0
+        if left <= 0:  # a clock or dated deadline: a late rerun, a backfill of an old date
+            return "\n".join([*lines, verdict + (
+                f"; deadline {self.deadline} passed {-left:,.0f} s ago: NOT feasible; for a "
+                "rerun or a backfill give a deadline from the start (--deadline 2h)"
+            )])  # fmt: skip
+        verdict += f"; deadline {self.deadline} in {left:,.0f} s: "
         if self.feasible:
             verdict += f"feasible, margin {self.margin:.0%}"
         elif self.workers_needed is None:

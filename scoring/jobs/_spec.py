@@ -20,7 +20,8 @@
     # key = ["customer_id"]                     #   Delta output: merged on it (updates,
     #                                           #   deletes of a Delta input's change feed)
     engine = "local"                            # a name in scoring._engines.ENGINES
-    deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s"
+    deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s";
+    #                                           #   or a day: "${RUN_DATE}+1d 01:45"
     timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
     keep = ["customer_id"]
     outputs = "default"                         # default | raw | all, + "contributions"
@@ -57,7 +58,10 @@
     address = "auto"
 
 A clock deadline is the next such time in ``timezone`` after the job starts, unless that
-time passed less than 12 hours before the start: then the job is already late.
+time passed less than 12 hours before the start: then the job is already late.  A dated
+deadline (``"${RUN_DATE}+1d 01:45"``: the day after the data's date, at 01:45 in
+``timezone``) ties it to the data instead of the start: a backfill of an old date is
+refused as late unless given ``--deadline``.
 Relative local paths (``input``, ``output``, ``registry``) are read from the job file's
 folder, not from the directory the command runs in.
 """
@@ -101,6 +105,8 @@ __all__ = ["Checks", "JobSpec", "Metrics", "load_job", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
 _CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
+#: A dated deadline: an ISO date, days after it, a time of day ("2026-11-28+1d 01:45").
+_DATED = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T)(\d{1,2}):(\d{2})\s*$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LATE_WINDOW = timedelta(hours=12)
 
@@ -207,7 +213,8 @@ class JobSpec(_EngineTables):
     engine: str = "local"
     """``local``, ``ray`` or ``spark``; its options in a table of that name."""
     deadline: str | None = None
-    """A time of day (``"01:45"``, in ``timezone``) or a duration from the start (``"75m"``)."""
+    """A time of day (``"01:45"``, in ``timezone``), a duration from the start (``"75m"``),
+    or a date, days after it and a time of day (``"${RUN_DATE}+1d 01:45"``)."""
     timezone: str = "UTC"
     """The time zone of a clock deadline."""
     keep: list[str] = Field(default_factory=list)
@@ -338,16 +345,28 @@ class JobSpec(_EngineTables):
     @field_validator("deadline")
     @classmethod
     def _deadline(cls, value: str | None) -> str | None:
-        if value is not None and not _CLOCK.match(value):
-            parse_duration(value)  # raises naming the value
-        if value is not None and (m := _CLOCK.match(value)):
-            time(int(m.group(1)), int(m.group(2)))  # raises on 25:00
+        if value is None:
+            return None
+        if dated := _DATED.match(value):
+            _on_day(dated, ZoneInfo("UTC"))  # raises on 2026-02-30 or 25:00
+        elif clock := _CLOCK.match(value):
+            time(int(clock.group(1)), int(clock.group(2)))  # raises on 25:00
+        else:
+            try:
+                parse_duration(value)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not a deadline: give a duration ('75m'), a time of day "
+                    "('01:45') or a date and time ('${RUN_DATE}+1d 01:45')"
+                ) from None
         return value
 
     def deadline_at(self, start: datetime) -> datetime | None:
         """The deadline as an aware datetime, for a job starting at ``start``."""
         if self.deadline is None:
             return None
+        if dated := _DATED.match(self.deadline):
+            return _on_day(dated, ZoneInfo(self.timezone)).astimezone(timezone.utc)
         clock = _CLOCK.match(self.deadline)
         if clock is None:
             return start + parse_duration(self.deadline)
@@ -372,6 +391,17 @@ class JobSpec(_EngineTables):
             cpus=self.resources.cpus,
             gpus=self.resources.gpus,
         )
+
+
+def _on_day(dated: re.Match[str], zone: ZoneInfo) -> datetime:
+    """A dated deadline's time: its date plus its days, at its time of day in ``zone``."""
+    try:
+        days = timedelta(days=int(dated.group(2) or 0))
+        day = datetime.fromisoformat(dated.group(1)).date() + days
+        at = time(int(dated.group(3)), int(dated.group(4)))
+    except ValueError as exc:
+        raise ValueError(f"deadline {dated.string.strip()!r}: {exc}") from None
+    return datetime.combine(day, at, tzinfo=zone)
 
 
 def load_job(path: str | os.PathLike[str]) -> JobSpec:
