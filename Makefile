@@ -68,7 +68,7 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(MAKE) --no-print-directory docs
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=20   # the slowest, to keep the suite within its budget
 
 # The documentation site, into site/: strictly (a broken link, a missing page or an
 # unresolved reference fails it); its reference pages are generated from the code.

@@ -22,7 +22,7 @@
     engine = "local"                            # a name in scoring._engines.ENGINES
     deadline = "01:45"                          # or a duration: "45m", "1h30m", "90s";
     #                                           #   or a day: "${RUN_DATE}+1d 01:45"
-    timezone = "Europe/Berlin"                  # for clock deadlines (default UTC)
+    timezone = "Europe/Berlin"                  # for clock and dated deadlines (default UTC)
     keep = ["customer_id"]
     outputs = "default"                         # default | raw | all, + "contributions"
     reasons = 3                                 # top-3 reason codes per row (0: none)
@@ -216,7 +216,7 @@ class JobSpec(_EngineTables):
     """A time of day (``"01:45"``, in ``timezone``), a duration from the start (``"75m"``),
     or a date, days after it and a time of day (``"${RUN_DATE}+1d 01:45"``)."""
     timezone: str = "UTC"
-    """The time zone of a clock deadline."""
+    """The time zone of a deadline given as a time of day (a clock or a dated one)."""
     keep: list[str] = Field(default_factory=list)
     """Input columns copied into the output, before the scores (an id, a date)."""
     outputs: str | list[str] = "default"
