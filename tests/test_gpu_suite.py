@@ -3,6 +3,7 @@ the one call a lent GPU gets cannot fail on code nobody ran."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,17 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SUITE), "--dry-run", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = {"walk", "parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain"}
-    assert {p.name for p in tmp_path.iterdir()} == {f"gpu_{n}.md" for n in names}
+    names = {"walk", "parity", "throughput", "e2e", "job", "oom", "hypothesis", "packages",
+             "explain"}  # fmt: skip
+    reports = {"gpu_job.html", "gpu_job.json"}  # the job's own report, beside the tables
+    assert {p.name for p in tmp_path.iterdir()} == {f"gpu_{n}.md" for n in names} | reports
+    job = (tmp_path / "gpu_job.md").read_text()
+    said = json.loads((tmp_path / "gpu_job.json").read_text())
+    assert said["rows"] > 0 and f"{said['rows']:,} rows" in job and "failed" not in job
+    gpu = said["gpu"]  # on a GPU host its samples; here the sampler's one line, as said
+    assert ("| device |" in job) == ("devices" in gpu) and ("absent" in gpu) != ("devices" in gpu)
+    if "absent" in gpu:
+        assert f"GPU: {gpu['absent']}" in job
     walk = (tmp_path / "gpu_walk.md").read_text()
     rows = [line for line in walk.splitlines() if line.startswith("| ") and "| model" not in line]
     assert len(rows) == 3 and "Error" not in walk

@@ -15,6 +15,9 @@ short still returns what finished):
   already on the device), Hummingbird on the device, native on every CPU core;
 * ``e2e``: Parquet to Parquet through ``score_parquet`` against reading and writing
   the same files alone;
+* ``job``: a job run as ``scoring run`` runs it, its report copied beside the tables
+  (``gpu_job.html``, ``gpu_job.json``): the GPU's utilisation, memory and power over
+  the run, sampled through NVML, or the one line that says why not;
 * ``oom``: a batch larger than the device memory left free, split and retried, against
   the same batch scored without pressure;
 * ``packages``: strategy ``compiled`` (``fused`` on CUDA) compiled in one process, then
@@ -37,6 +40,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,7 +72,17 @@ from scoring.recipes import EXPLAIN_RECIPES, GPU_RECIPES, SMALL_RECIPES, Recipe,
 Builder = Callable[[], Any]
 #: pytest's summary lines, apart from the noise libraries print while shutting down.
 SUMMARY = re.compile(r"(FAILED|ERROR|.*\b(passed|failed)\b.* in [0-9.]+s)")
-SECTIONS = ("walk", "parity", "throughput", "e2e", "oom", "hypothesis", "packages", "explain")
+SECTIONS = (
+    "walk",
+    "parity",
+    "throughput",
+    "e2e",
+    "job",
+    "oom",
+    "hypothesis",
+    "packages",
+    "explain",
+)
 #: Strategies measured: ``triton`` is ``fused`` by name on CUDA (and the interpreter on CPU).
 MEASURED = tuple(s for s in STRATEGIES if s != "triton")
 #: time.monotonic() past which a section starts nothing long (set by --budget).
@@ -548,6 +562,59 @@ def _io_only(data: Path, target: Path) -> None:
         pq.write_table(pa.table({"id": table.column("id"), "score": column}), target / path.name)
 
 
+# -- a job's report ---------------------------------------------------------------------
+
+
+def job(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
+    """``scoring run``'s job on the device, as a CronJob runs it: what its report says
+    the GPU did (NVML samples: utilisation, memory, power, this process's memory), and
+    the report itself beside the tables (gpu_job.html, gpu_job.json)."""
+    from scoring.jobs import JobSpec, run_job
+
+    report = Report(out, "job", "A job's run report: the GPU over the run", device)
+    if time.monotonic() > DEADLINE:
+        report.add("Skipped: the budget was spent before it started.")
+        return
+    recipe = sizes.recipes[0]
+    work = Path(tempfile.mkdtemp(prefix="scoring-gpu-job-"))
+    model_path = work / "model.ubj"
+    recipe.build().save_model(model_path)
+    data = _write_input(work / "input", recipe, sizes)
+    spec = JobSpec.model_validate({
+        "name": "gpu-suite", "model": str(model_path), "input": f"{data}/",
+        "output": f"{work / 'scores'}/", "keep": ["id"], "device": device,
+        "registry": str(work / "registry"),
+    })  # fmt: skip
+    try:
+        done = run_job(spec, progress=False)
+    except ScoringError as exc:
+        report.add(f"The job failed: {failure(exc)}")
+        return
+    for name in done.report_files:
+        shutil.copyfile(name, out / f"gpu_job{Path(name).suffix}")
+    written = json.loads((out / "gpu_job.json").read_text())
+    gpu = written.get("gpu") or {"absent": "none recorded"}
+    report.add(f"Model: {recipe.name}; {written['rows']:,} rows in {written['wall_seconds']:.1f} s "
+               f"on {written['device']} ({written['backend']}/{written['strategy'] or '-'}); "
+               f"{_gpu_said(gpu)}.")  # fmt: skip
+    if "devices" in gpu:
+        report.add("", "| device | name | utilisation mean | max | memory max (MiB) | "
+                   "this process (MiB) | power mean (W) | samples |",
+                   "|---:|---|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+        for d in gpu["devices"]:
+            count = sum(1 for s in gpu["series"] if s[1] == d["device"])
+            power = "-" if d["power_mean_w"] is None else f"{d['power_mean_w']:.0f}"
+            report.add(f"| {d['device']} | {d['name']} | {d['utilisation_mean_pct']:.0f}% | "
+                       f"{d['utilisation_max_pct']:.0f}% | {d['memory_max_mib']:,.0f} | "
+                       f"{d['process_memory_max_mib']:,.0f} | {power} | {count} |")  # fmt: skip
+
+
+def _gpu_said(gpu: dict[str, Any]) -> str:
+    if "absent" in gpu:
+        return f"GPU: {gpu['absent']}"
+    return f"GPU sampled every {gpu['every_seconds']:g} s on {len(gpu['devices'])} device(s)"
+
+
 # -- out of memory ------------------------------------------------------------------
 
 
@@ -706,6 +773,7 @@ RUNNERS: dict[str, Callable[[Path, Sizes, str, bool], None]] = {
     "hypothesis": hypothesis,
     "packages": packages,
     "explain": explain,
+    "job": job,
 }
 
 
