@@ -33,9 +33,10 @@ else:  # pragma: no cover
 __all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
 _DAILY = re.compile(r"^(\d{1,2}) (\d{1,2}) \* \* \*$")
-_RUN_DATED = re.compile(r"^\$\{?RUN_DATE\}?\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T)(\d{1,2}):(\d{2})$")
+#: A time of day: a clock time (01:45), or one dated from the run's date (the first
+#: group), days after it (${RUN_DATE}+1d 01:45).
+_TIME_OF_DAY = re.compile(r"^(\$\{?RUN_DATE\}?\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T))?(\d{1,2}):(\d{2})$")
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ def window_seconds(deadline: str, *, schedule: str | None) -> int:
     if duration and any(duration.groups()):
         h, m, s = (int(g or 0) for g in duration.groups())
         return h * 3600 + m * 60 + s
-    clock, dated = _CLOCK.match(deadline.strip()), _RUN_DATED.match(deadline.strip())
-    if clock is None and dated is None:
+    at = _TIME_OF_DAY.match(deadline.strip())
+    if at is None:
         raise ConfigError(
             f"deadline {deadline!r}: expected a duration (45m), a clock time (01:45) or one "
             "dated from the run's date (${RUN_DATE}+1d 01:45)"
@@ -65,11 +66,10 @@ def window_seconds(deadline: str, *, schedule: str | None) -> int:
             "('M H * * *'), or give the job a duration deadline (e.g. \"75m\")"
         )
     start = int(daily.group(2)) * 60 + int(daily.group(1))
-    if clock is not None:
-        end = int(clock.group(1)) * 60 + int(clock.group(2))
+    end = int(at.group(3)) * 60 + int(at.group(4))
+    if at.group(1) is None:  # a clock time: the next one after the start
         return ((end - start) % (24 * 60) or 24 * 60) * 60
-    days, hour, minute = (int(g or 0) for g in dated.groups())  # type: ignore[union-attr]
-    window = (days * 24 * 60 + hour * 60 + minute - start) * 60
+    window = (int(at.group(2) or 0) * 24 * 60 + end - start) * 60
     if window <= 0:
         raise ConfigError(
             f"deadline {deadline!r} comes before the schedule's start ({schedule!r}) on the "
