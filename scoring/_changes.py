@@ -37,6 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ._dataset import InputDataset, delta_storage_options, open_input
+from ._delta_cdf import changes, needs_own_reader
 from ._files import exists
 from ._iceberg import appended
 from ._journal import Entry, Journal, job_key
@@ -44,7 +45,7 @@ from ._manifest import Manifest
 from .errors import ConfigError, InputError, cause_line
 
 __all__ = ["INCREMENTAL", "ON_CHANGED", "Changes", "Incremental", "change_set",
-           "check_incremental"]  # fmt: skip
+           "check_incremental", "refuse_bad_keys"]  # fmt: skip
 
 #: What an incremental run does with an input file that changed or is gone.
 ON_CHANGED = ("refuse", "rescore")
@@ -90,6 +91,9 @@ class Changes:
     deleted: int = 0
     input_rows: int = 0  # what a full run would score
     deletes: str | None = None
+    #: Whether ``since`` and ``until`` count versions (Delta's); an Iceberg table's
+    #: snapshot ids do not, so no id between them is named.
+    counted: bool = True
 
     @property
     def rows(self) -> int:
@@ -104,14 +108,17 @@ class Changes:
     def to_dict(self) -> dict[str, Any]:
         """The report's part: what it is and counts (not the input and files it holds)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("data", "carried", "deletes")}  # fmt: skip
+                if f.name not in ("data", "carried", "deletes", "counted")}  # fmt: skip
 
     def describe(self) -> str:
         """One line for the run's summary."""
         if self.kind == "full":
             return f"full run: {self.reason}"
         versions, since, until = "", self.since, self.until
-        if since is not None and until is not None:
+        if since is not None and until is not None and not self.counted:
+            versions = (f" (input snapshot {until}" +
+                        (f", after snapshot {since})" if until != since else ")"))  # fmt: skip
+        elif since is not None and until is not None:
             versions = f" (input versions {since + 1}-{until})" if until > since else (
                 f" (input version {until})")  # fmt: skip
         if self.kind == "none":
@@ -156,6 +163,8 @@ def change_set(
     rows = data.rows
     why = _full_reason(data, previous, job=job)
     if why:
+        if key:  # the merges of later runs follow a key only if it names one row
+            refuse_bad_keys(data, key=key)
         return Changes("full", why, data=data, input_rows=rows, inserted=rows)
     assert previous is not None
     lost = [f.output for f in previous.published()
@@ -204,7 +213,7 @@ def _folder_changes(
     now = {f.relpath: f for f in data.fragments}
     before = {f.relpath: f for f in previous.fragments}
     outputs = _outputs_of(previous)
-    changed = [r for r, f in now.items() if r in before and before[r].fingerprint != f.fingerprint]
+    changed = [r for r, f in now.items() if r in before and not f.same_as(before[r].fingerprint)]
     gone = [r for r in before if r not in now]
     if (changed or gone) and on_changed != "rescore":
         name, what = (changed[0], "changed") if changed else (gone[0], "is gone")
@@ -258,7 +267,8 @@ def _appended_changes(data: InputDataset, previous: Manifest) -> Changes:
     kind of snapshot between is refused by name (:func:`scoring._iceberg.appended`)."""
     since = int((previous.input_snapshot or {})["version"])
     until = int((data.snapshot or {})["version"])
-    base = Changes("none", "", carried=previous, since=since, until=until, input_rows=data.rows)
+    base = Changes("none", "", carried=previous, since=since, until=until, input_rows=data.rows,
+                   counted=False)  # fmt: skip
     if since == until:
         return base
     added = set(appended(data.url, since=since, until=until, fix=FULL_RUN))
@@ -292,6 +302,8 @@ def _table_changes(
         return base
     if journal is None:  # counted only
         rows = _read_changes(data, since=since, until=until, key=key, columns=key or columns[:1])
+        if key:
+            refuse_bad_keys(data, key=key, changed=rows)
         counts = _last_change(rows, key=key, url=data.url)[2]
         _refuse_unfollowed(counts, key=key, url=data.url, output_format=output_format)
         kind = "incremental" if any(counts.values()) else "none"
@@ -301,6 +313,8 @@ def _table_changes(
     staged = _staged(journal, folder)
     if staged is None:
         rows = _read_changes(data, since=since, until=until, key=key, columns=columns)
+        if key:
+            refuse_bad_keys(data, key=key, changed=rows)
         staged = _stage(journal, folder, rows, key=key, partitions=data.partition_columns,
                         url=data.url, output_format=output_format)  # fmt: skip
     counts = staged["counts"]
@@ -328,9 +342,14 @@ def _read_changes(
     table = DeltaTable(data.url, version=until, storage_options=delta_storage_options(data.url))
     wanted = list(dict.fromkeys([*key, *columns, "_change_type", "_commit_version"]))
     try:
-        rows = pa.table(table.load_cdf(starting_version=since + 1, ending_version=until,
-                                       columns=wanted))  # fmt: skip
-    except DeltaError as exc:
+        if needs_own_reader(data.url, since=since + 1, until=until):  # delta-rs's bug
+            rows = changes(data.url, schema=pa.schema(table.schema().to_arrow()),
+                           partitions=table.metadata().partition_columns, since=since + 1,
+                           until=until, columns=wanted)  # fmt: skip
+        else:
+            rows = pa.table(table.load_cdf(starting_version=since + 1, ending_version=until,
+                                           columns=wanted))  # fmt: skip
+    except (DeltaError, OSError) as exc:
         raise InputError(
             f"cannot read the changes of Delta table {data.url!r} between versions {since} "
             f"and {until}: {cause_line(exc)}; {FULL_RUN}"
@@ -480,3 +499,39 @@ def _refuse_duplicates(ranked: pa.Table, *, key: Sequence[str], url: str) -> Non
             f"rows of key {value}; key columns {list(key)} must identify one row: name "
             "columns that do"
         )
+
+
+def refuse_bad_keys(
+    data: InputDataset, *, key: Sequence[str], changed: pa.Table | None = None
+) -> None:
+    """Refuse key columns that do not name one row: a null key (which no merge
+    matches) or a key two rows hold (whose output rows a merge would replace or delete
+    together).  The whole input is checked, or, given the ``changed`` rows, the input's
+    rows of their keys (a later run checks what it merges)."""
+    if changed is not None:
+        nulls = [c for c in key if changed.column(c).null_count]
+        if nulls:
+            raise _bad_key(data.url, key, f"a changed row with a null {nulls[0]!r}")
+        if not changed.num_rows:
+            return
+    held = data.dataset.to_table(columns=list(key))  # (pyarrow filters no string views)
+    held = held.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in held.schema]))
+    if changed is not None:  # the rows of the changed keys only
+        held = held.filter(pc.is_in(held.column(key[0]), pc.unique(changed.column(key[0]))))
+    nulls = [c for c in key if held.column(c).null_count]
+    if nulls:
+        raise _bad_key(data.url, key, f"a row with a null {nulls[0]!r}")
+    counted = held.group_by(list(key), use_threads=False).aggregate([([], "count_all")])
+    twice = counted.filter(pc.greater(counted.column("count_all"), 1))
+    if twice.num_rows:
+        row = twice.slice(0, 1).to_pylist()[0]
+        value = {k: row[k] for k in key}
+        raise _bad_key(data.url, key, f"{row['count_all']} rows of key {value}")
+
+
+def _bad_key(url: str, key: Sequence[str], found: str) -> InputError:
+    return InputError(
+        f"input {url!r} holds {found}; key columns {list(key)} must identify one row and "
+        "never be null, as the output is merged on them: name columns that do (or run "
+        "without key, which follows appends only)"
+    )

@@ -49,6 +49,14 @@ _FIX = "fix or remove the file"
 HEAD_BUFFER = 1 << 20
 
 
+#: What marks a fingerprint holding evidence of the file's content.
+_FINGERPRINT = "c-"
+#: What a filesystem's ``info`` says of a file's content or its last write: an object
+#: store's ETag (S3, Azure), GCS's generation and checksum, a local file's change time
+#: (which no copy tool restores).
+_CONTENT_KEYS = ("ETag", "etag", "generation", "crc32c", "created")
+
+
 @dataclass(frozen=True)
 class Fragment:
     """One input file: its rows (from the footer) and where its output goes."""
@@ -57,8 +65,19 @@ class Fragment:
     path: str
     relpath: str  # relative to the input's base directory; names the output file
     rows: int
-    fingerprint: str  # path, size and modification time: a changed file is rescored
+    #: Path, size, modification time and evidence of the content (the Parquet footer,
+    #: an object store's ETag, a local file's change time): a changed file is rescored,
+    #: even one rewritten at its old size with its old mtime restored (``cp -p``).
+    fingerprint: str
     size: int = 0  # bytes
+    #: The fingerprint an earlier version recorded (path, size and mtime alone).
+    legacy: str = ""
+
+    def same_as(self, fingerprint: str) -> bool:
+        """Whether a recorded ``fingerprint`` is this file's (either form)."""
+        return fingerprint == self.fingerprint or (
+            not fingerprint.startswith(_FINGERPRINT) and fingerprint == self.legacy
+        )
 
 
 @dataclass
@@ -161,7 +180,9 @@ class InputDataset:
         :data:`HEAD_BUFFER` bytes, so that it stops after the first pages: the dataset
         scanner, or the reader buffering whole column chunks (its default), reads the
         whole first row group (1M rows of 28 floats: 14-18 ms, against 2 ms)."""
-        first = next(f for f in self.fragments if f.rows > 0)
+        first = next((f for f in self.fragments if f.rows > 0), None)
+        if first is None:  # a table emptied since the last run (its deletes are followed)
+            return self.schema.empty_table().select([c for c in columns if c in self.schema.names])
         piece = self.pieces[first.index]
         stored = [c for c in columns if c in piece.physical_schema.names]
         with (
@@ -232,15 +253,19 @@ def filtered(data: InputDataset, text: str, *, incremental: bool = False) -> Inp
     return replace(data, where=where)
 
 
-def open_input(url: str, *, version: int | str | None = None) -> InputDataset:
+def open_input(
+    url: str, *, version: int | str | None = None, empty: bool = False
+) -> InputDataset:
     """Discover the input's files and read their footers; raise naming what is wrong.
     ``version``: a Delta table's version to read, or an ISO 8601 time (the version
-    current then); default its latest."""
+    current then); default its latest.  ``empty``: a table's snapshot may hold no rows
+    (an incremental run then follows its deletes); anything else without rows is
+    refused."""
     if is_iceberg(url):
-        return _open_iceberg(str(url), version=version)
+        return _open_iceberg(str(url), version=version, empty=empty)
     url, prefixed = without_delta_prefix(str(url))
     if prefixed or is_delta_table(url):
-        return _open_delta(url, version=version)
+        return _open_delta(url, version=version, empty=empty)
     if version is not None:
         raise InputError(f"input {url!r} is not a Delta table: it has no versions to pick")
     fs, path = fsspec.core.url_to_fs(str(url))
@@ -273,18 +298,21 @@ def open_input(url: str, *, version: int | str | None = None) -> InputDataset:
 
 def _dataset(
     url: str, fs: Any, pieces: list[Any], base: str, dataset: pads.Dataset, *,
-    deleted: dict[str, Any] | None = None,
+    deleted: dict[str, Any] | None = None, empty: bool = False,
 ) -> InputDataset:  # fmt: skip
     """The input of ``pieces`` (pyarrow fragments; ``dataset`` names their format and
     schema, partition columns included), every file's footer read; ``deleted``: the
-    positions of deleted rows, by file (an Iceberg snapshot's)."""
+    positions of deleted rows, by file (an Iceberg snapshot's); ``empty``: whether it may
+    hold no rows (a table's snapshot, whose schema is the table's)."""
     deleted = deleted or {}
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     fragments = [replace(f, rows=f.rows - len(deleted.get(f.path, ()))) for f in fragments]
-    if not fragments or not any(f.rows for f in fragments):
+    if not any(f.rows for f in fragments) and not empty:
         raise InputError(f"input {url!r} holds no rows: nothing to score")
     # pyarrow takes the first file's schema for all; every file's is read as one instead.
-    schema, partition, conflicts = _unified_schema(dataset.schema, pieces, fragments)
+    schema, partition, conflicts = (
+        _unified_schema(dataset.schema, pieces, fragments) if pieces else (dataset.schema, [], {})
+    )
     dataset = pads.FileSystemDataset(
         pieces, schema=schema, format=dataset.format, filesystem=dataset.filesystem
     )
@@ -293,7 +321,7 @@ def _dataset(
                         deleted=deleted)  # fmt: skip
 
 
-def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
+def _open_delta(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
     """A Delta table's snapshot as an input (see the module docstring)."""
     try:
         from deltalake import DeltaTable
@@ -330,13 +358,13 @@ def _open_delta(url: str, *, version: int | str | None) -> InputDataset:
         for a in sorted(adds, key=lambda a: str(a["path"]))
     ]  # fmt: skip
     dataset = pads.FileSystemDataset(pieces, schema=schema, format=fmt, filesystem=filesystem)
-    data = _dataset(url, fs, pieces, root, dataset)
+    data = _dataset(url, fs, pieces, root, dataset, empty=empty)
     data.snapshot = {"format": "delta", "version": int(table.version())}
     data.requested_version = number if number is not None else version
     return data
 
 
-def _open_iceberg(url: str, *, version: int | str | None) -> InputDataset:
+def _open_iceberg(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
     """An Iceberg table's snapshot as an input (:mod:`scoring._iceberg`)."""
     scan = pinned_scan(url, version=version)
     fs, root = fsspec.core.url_to_fs(scan.location)
@@ -347,7 +375,7 @@ def _open_iceberg(url: str, *, version: int | str | None) -> InputDataset:
     refuse_renamed(scan, pieces)
     dataset = pads.FileSystemDataset(pieces, schema=scan.schema, format=fmt, filesystem=filesystem)
     deleted = {fs._strip_protocol(p): d for p, d in scan.deleted.items()}
-    data = _dataset(url, fs, pieces, root.rstrip("/"), dataset, deleted=deleted)
+    data = _dataset(url, fs, pieces, root.rstrip("/"), dataset, deleted=deleted, empty=empty)
     data.snapshot = {"format": "iceberg", "version": scan.snapshot_id}
     data.file_partitions = list(scan.identity)
     data.requested_version = version
@@ -528,12 +556,17 @@ def _fragment(index: int, piece: Any, fs: Any, base: str) -> Fragment:
         rows = int(piece.metadata.num_rows)
     info = fs.info(piece.path)
     stamp = f"{piece.path}|{info.get('size')}|{info.get('mtime') or info.get('LastModified')}"
+    footer = pa.BufferOutputStream()
+    piece.metadata.write_metadata_file(footer)
+    content = "|".join([stamp, hashlib.sha256(footer.getvalue()).hexdigest(),
+                        *(str(info.get(k, "")) for k in _CONTENT_KEYS)])  # fmt: skip
     relpath = piece.path[len(base) :].lstrip("/") if piece.path.startswith(base) else piece.path
     return Fragment(
         index=index,
         path=piece.path,
         relpath=relpath,
         rows=rows,
-        fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
+        fingerprint=_FINGERPRINT + hashlib.sha256(content.encode()).hexdigest()[:16],
         size=int(info.get("size") or 0),
+        legacy=hashlib.sha256(stamp.encode()).hexdigest()[:16],
     )

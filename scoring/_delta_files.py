@@ -68,10 +68,12 @@ def _bound(value: Any) -> Any:
 
 def partition_values(relpath: str, columns: list[str]) -> dict[str, str | None]:
     """The values of ``columns`` that the ``key=value`` folders of ``relpath`` name
-    (Hive's ``__HIVE_DEFAULT_PARTITION__`` is a null)."""
+    (Hive's ``__HIVE_DEFAULT_PARTITION__`` is a null, and so is the empty string: the
+    Delta protocol serialises both as null, as Spark's writer does)."""
     found = {}
     for part in relpath.split("/")[:-1]:
         key, sep, value = part.partition("=")
         if sep:
             found[unquote(key)] = unquote(value)
-    return {c: (None if found[c] == "__HIVE_DEFAULT_PARTITION__" else found[c]) for c in columns}
+    return {c: (None if found[c] in ("", "__HIVE_DEFAULT_PARTITION__") else found[c])
+            for c in columns}

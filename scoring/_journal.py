@@ -195,6 +195,8 @@ class Journal:
             return None, None  # an earlier version's journal: its entries name their job
         rerun = compare(record, self.settings)
         staged = len(self.fs.glob(f"{self.staging}/_journal/*.json"))
+        if not staged and not record.get("publishing") and self.unused():
+            return None, record  # a run refused before it staged anything: nothing to say
         if rerun.discard:
             if record.get("publishing"):
                 raise refuse_publishing(self.url, rerun.discard, record, self.settings)
@@ -204,6 +206,14 @@ class Journal:
             say(self.url, rerun.changed, record, self.settings, staged, discarded=False)
             self.write_record(**self.extras(record))
         return record, None
+
+    def unused(self) -> bool:
+        """Whether the staging area holds nothing but the run's record and input pin (a
+        run refused before it staged a file)."""
+        if not exists(self.fs, self.staging):
+            return True
+        names = {p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.staging, detail=False)}
+        return names <= {RECORD, "_input.json"}
 
     def clear(self) -> None:
         """Remove the staging area (its record proves it scoring's)."""
@@ -291,7 +301,7 @@ class Journal:
             fragment = wanted.get(entry.relpath)
             if fragment is None or entry.job != self.job_key:
                 continue
-            if entry.fingerprint == fragment.fingerprint and self.intact(entry):
+            if fragment.same_as(entry.fingerprint) and self.intact(entry):
                 done[entry.relpath] = entry
         return done
 

@@ -30,12 +30,12 @@ from ._dataset import Fragment
 from ._files import exists
 from ._journal import Entry, Journal
 from ._manifest import FileRecord, InputRecord, Manifest
-from .errors import ConfigError
+from .errors import ConfigError, OutputError
 
 __all__ = [
     "INPUTS", "TABLE_MODES", "Publication", "Publisher", "begin", "engine_dir",
-    "forget_inputs", "place", "publications_since", "recorded", "recorded_inputs",
-    "recording", "table_mode", "written",
+    "forget_inputs", "landed_meanwhile", "place", "publications_since", "recorded",
+    "recorded_inputs", "recording", "table_mode", "written",
 ]  # fmt: skip
 
 #: Where a table output records a Parquet folder input's files scored to date.
@@ -50,6 +50,30 @@ def table_mode(kind: str, mode: str | None, *, extra: tuple[str, ...] = ()) -> s
     if mode not in (*TABLE_MODES, *extra):
         raise ConfigError(f"{kind} output mode {mode!r}: expected one of {', '.join(TABLE_MODES)}")
     return mode
+
+
+def landed_meanwhile(
+    journal: Journal, *, kind: str, mode: str, seen: str | None, now: str | None, folder: str
+) -> None:  # fmt: skip
+    """Refuse a commit whose mode the table no longer allows: ``seen`` is what the run
+    planned against, ``now`` what the commit finds (None: no table; else the table's
+    last scoring run, "" where it holds none).  Mode ``error`` writes only a new table
+    and an incremental run only its own; any other mode means the same against any
+    table.  The run's own ``folder`` of placed files and its staging are removed first:
+    a foreign table keeps exactly what it held."""
+    if (mode == "error" and now is None) or (mode != "error" and (mode != "incremental"
+                                                                  or now == seen)):  # fmt: skip
+        return
+    if exists(journal.fs, f"{journal.root}/{folder}"):
+        journal.fs.rm(f"{journal.root}/{folder}", recursive=True)
+    journal.clear()
+    said = "another writer created it" if seen is None else "another writer committed to it"
+    raise OutputError(
+        f"{kind} table {journal.url!r} changed while this run scored ({said}): mode "
+        f"{mode!r} {'writes a new table only' if mode == 'error' else 'follows its own runs only'}"
+        "; nothing of this run was committed: rerun with mode 'append' or 'overwrite', or "
+        "choose a new table"
+    )
 
 
 class Publisher(Protocol):

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,6 +49,7 @@ from ._publish import (
     begin,
     engine_dir,
     forget_inputs,
+    landed_meanwhile,
     place,
     recorded,
     recorded_inputs,
@@ -92,6 +94,9 @@ class DeltaPublisher:
         self.journal = journal
         self.url = journal.url
         self.mode = mode
+        #: The mode asked (an incremental run's becomes its publication's), and the
+        #: table's state the run planned against (:func:`scoring._publish.landed_meanwhile`).
+        self.asked, self.seen = mode, None
         #: The table's partition columns and their types: the files leave them to their
         #: ``key=value`` folders (:mod:`scoring._delta_files`).
         self.partition_types = dict(partition_by or {})
@@ -140,7 +145,16 @@ class DeltaPublisher:
             )
         journal.write_record(**{**journal.extras(pending), "run": self.run_id})
         self.journal = journal.in_folder(f"{self._folder}/")
+        self.seen = self._state(self._table())
         return False
+
+    def _state(self, table: Any) -> str | None:
+        """None where there is no table, else its last scoring run ("" for none)."""
+        return None if table is None else str((self._last_run(table) or {}).get("scoring.run", ""))
+
+    def _recheck(self, table: Any) -> None:
+        landed_meanwhile(self.journal, kind="Delta", mode=self.asked, seen=self.seen,
+                         now=self._state(table), folder=self._folder)  # fmt: skip
 
     @property
     def _folder(self) -> str:
@@ -320,6 +334,7 @@ class DeltaPublisher:
         (:func:`scoring._delta_merge.merge`)."""
         deltalake = _deltalake()
         table = self._table()
+        self._recheck(table)
         source = merge_source(self.journal, paths, base=base, deletes=self.deletes,
                               target=pa.schema(table.schema().to_arrow()))  # fmt: skip
         try:
@@ -344,6 +359,7 @@ class DeltaPublisher:
         schema = _delta_schema(footers[0].schema.to_arrow_schema(), self.partition_types)
         properties = self._properties(extra=extra, rows=rows)
         table = self._table()
+        self._recheck(table)
         try:
             if table is None:
                 deltalake.transaction.create_table_with_add_actions(
@@ -382,7 +398,9 @@ class DeltaPublisher:
         for f in pa.table(table.get_add_actions(flatten=True)).to_pylist():
             values = {c: f.get(f"partition.{c}") for c in self.partition_by}
             if _partition_key(values, self.partition_by) in touched:
-                removed.append(RemoveAction(f["path"], True, now, f["size_bytes"],
+                # The log holds paths URI-encoded, and delta-rs encodes a remove action's
+                # path again: hand it the file's own path, as an add action gets it.
+                removed.append(RemoveAction(unquote(f["path"]), True, now, f["size_bytes"],
                                             {c: _text(v) for c, v in values.items()}))  # fmt: skip
         return removed
 

@@ -97,9 +97,12 @@ class FolderPublisher:
             journal.clear()
         previous = self._complete()
         if previous is not None:
-            same = previous.job_key == journal.job_key and sorted(
-                (f.relpath, f.fingerprint) for f in previous.fragments
-            ) == sorted((f.relpath, f.fingerprint) for f in fragments)
+            now = {f.relpath: f for f in fragments}
+            same = (
+                previous.job_key == journal.job_key
+                and sorted(f.relpath for f in previous.fragments) == sorted(now)
+                and all(now[f.relpath].same_as(f.fingerprint) for f in previous.fragments)
+            )
             if same and not self._damaged(previous):
                 journal.clear()  # left by a kill after _SUCCESS
                 return True

@@ -45,6 +45,7 @@ from ._publish import (
     Publication,
     begin,
     forget_inputs,
+    landed_meanwhile,
     place,
     recorded,
     recorded_inputs,
@@ -96,6 +97,9 @@ class IcebergPublisher:
         self.url = ref.text
         self.ref = ref
         self.mode = mode
+        #: The mode asked, and the table's state the run planned against
+        #: (:func:`scoring._publish.landed_meanwhile`).
+        self.asked, self.seen = mode, None
         #: The table's identity partition columns; the files keep them (Iceberg's own
         #: files hold partition source columns), so none is left to folders.
         self.partitions = list(partitions)
@@ -137,7 +141,15 @@ class IcebergPublisher:
             )
         journal.write_record(**{**journal.extras(pending), "run": self.run_id})
         self.journal = journal.in_folder(f"{self._folder}/")
+        self.seen = self._state(table)
         return False
+
+    def _state(self, table: Any) -> str | None:
+        """None where the table holds no snapshot, else its last scoring run ("" for
+        none)."""
+        if table is None or table.current_snapshot() is None:
+            return None
+        return str((self._last_run(table) or {}).get("scoring.run", ""))
 
     @property
     def _folder(self) -> str:
@@ -280,6 +292,8 @@ class IcebergPublisher:
                  for f in files]  # fmt: skip
         schema = _table_schema(self._footer(files[0]).schema.to_arrow_schema()) if files else None
         table = load_table(self.ref)
+        landed_meanwhile(self.journal, kind="Iceberg", mode=self.asked, seen=self.seen,
+                         now=self._state(table), folder=self._folder)  # fmt: skip
         try:
             if table is None:
                 txn = self._create(schema)

@@ -529,10 +529,14 @@ def test_incremental_runs_follow_appended_snapshots_and_refuse_other_ones(
         )  # fmt: skip
 
     assert run().changes["kind"] == "full"
+    read = catalog.load_table("sales.features").current_snapshot().snapshot_id
     source.append(pa.Table.from_pandas(X.iloc[600:900], preserve_index=False))
     source.append(pa.Table.from_pandas(X.iloc[900:], preserve_index=False))
     report = run()
     assert report.changes["kind"] == "incremental" and report.rows == ROWS - 600
+    # The snapshots it names are the table's own (ids are not counted: none is id + 1).
+    now = catalog.load_table("sales.features").current_snapshot().snapshot_id
+    assert f"(input snapshot {now}, after snapshot {read})" in report.changes["said"]
     assert run().changes["kind"] == "none"
     rows = _read(catalog, "scores")
     assert list(rows["id"]) == list(range(ROWS)), "each row once"

@@ -142,6 +142,39 @@ def test_folder_changed_or_deleted_file_is_refused_by_name_or_rescored(
     assert not (out / "day2.parquet").exists()
 
 
+@pytest.mark.parametrize("how", ["cp -p", "same footer"])
+def test_a_file_rewritten_at_its_size_with_its_old_mtime_is_seen_changed(
+    tmp_path: Path, models: tuple[Path, Path, Any, Any], how: str
+) -> None:
+    """What ``cp -p``, ``tar`` and ``rsync -t`` leave: new rows at the old size, the old
+    modification time restored.  The footer tells it (other statistics); where even the
+    footer is the same (uncompressed, one row's value changed inside the min and max),
+    the file's change time does."""
+    import os
+    import shutil
+
+    v1, _, clf, _ = models
+    source, out = tmp_path / "in", tmp_path / "out"
+    first = _rows(0, 300)
+    pq.write_table(pa.Table.from_pandas(first, preserve_index=False), tmp_path / "day1.parquet",
+                   compression="none", use_dictionary=False)  # fmt: skip
+    source.mkdir()
+    shutil.copy2(tmp_path / "day1.parquet", source / "day1.parquet")
+    _score(source, out, v1)
+    changed = _rows(0, 300, seed=9) if how == "cp -p" else first.assign(
+        a=first.a.where(first.index != 5, first.a.median()))  # fmt: skip
+    pq.write_table(pa.Table.from_pandas(changed, preserve_index=False), tmp_path / "new.parquet",
+                   compression="none", use_dictionary=False)  # fmt: skip
+    assert (tmp_path / "new.parquet").stat().st_size == (source / "day1.parquet").stat().st_size
+    was = (source / "day1.parquet").stat()
+    shutil.copyfile(tmp_path / "new.parquet", source / "day1.parquet")
+    os.utime(source / "day1.parquet", ns=(was.st_atime_ns, was.st_mtime_ns))
+    with pytest.raises(InputError, match=r"'day1.parquet' changed"):
+        _score(source, out, v1)
+    _score(source, out, v1, on_changed="rescore")
+    _same(out, clf, changed)
+
+
 def test_a_new_model_version_makes_a_full_run_and_says_why(
     tmp_path: Path, models: tuple[Path, Path, Any, Any]
 ) -> None:

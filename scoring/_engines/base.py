@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref, load_mlflow_model, mlflow_name
-from .._journal import Entry
+from .._journal import Entry, Journal
 from .._lease import OutputLease
 from .._model import compile_model
 from .._modelset import (
@@ -47,7 +48,7 @@ from .._scorer import Scorer
 from .._specs import validated
 from .._stores import StoreConfig
 from .._where import RowFilter
-from ..errors import ConfigError, EngineError
+from ..errors import ConfigError, EngineError, InputError, ScoringError
 from . import plan as plan_hooks
 from .plan import Hooks, RunPlan, ScoreSpec
 from .target import check_apart, partitions_of, pinned, publisher_for
@@ -495,19 +496,23 @@ def plan_run(
                               settings=given, partitions=partitions,
                               on_step=hooks.on_publish_step)  # fmt: skip
     data = pinned(data, publisher)
-    complete = publisher.check_target(data.fragments)
-    if not complete:
-        publisher.check_schema(schema)
-    if data.snapshot is not None and not complete:  # for this run's own rerun
-        publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
-    changes = None if incremental is None else Changes("none", "", input_rows=data.rows)
-    if incremental is not None and not complete:
-        changes = change_set(data, publisher.previous(), job=job,
-                             journal=publisher.journal, output_format=output_format,
-                             on_changed=incremental.on_changed, key=incremental.key,
-                             columns=columns, present=publisher.present())  # fmt: skip
-        complete = _follow(publisher, changes, key=incremental.key)
-        data = changes.data or data.subset([])
+    with _unused_staging_cleared(publisher.journal):
+        complete = publisher.check_target(data.fragments)
+        if not complete:
+            publisher.check_schema(schema)
+        if data.snapshot is not None and not complete:  # for this run's own rerun
+            publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
+        changes = None if incremental is None else Changes("none", "", input_rows=data.rows)
+        if incremental is not None and not complete:
+            changes = change_set(data, publisher.previous(), job=job,
+                                 journal=publisher.journal, output_format=output_format,
+                                 on_changed=incremental.on_changed, key=incremental.key,
+                                 columns=columns, present=publisher.present())  # fmt: skip
+            _refuse_empty(data, changes)
+            complete = _follow(publisher, changes, key=incremental.key)
+            data = changes.data or data.subset([])
+        elif not complete:
+            _refuse_empty(data, None)
     done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     score = ScoreSpec(keep=tuple(keep), outputs=outputs, device=device, backend=backend,
@@ -537,6 +542,26 @@ def _job(
     outputs, and the input's filter where it has one (a job without keeps its key)."""
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     return job if where is None else {**job, "filter": where.text}
+
+
+@contextmanager
+def _unused_staging_cleared(journal: Journal) -> Iterator[None]:
+    """A run refused before it staged a file leaves no staging behind (its record
+    would make the next run speak of an interrupted one)."""
+    try:
+        yield
+    except ScoringError:
+        record = journal.record() or {}
+        if record and not record.get("publishing") and journal.unused():
+            journal.clear()
+        raise
+
+
+def _refuse_empty(data: InputDataset, changes: Changes | None) -> None:
+    """A table's snapshot without rows is scored only by an incremental run that
+    follows it (its deletes applied); anything else has nothing to score."""
+    if not data.rows and (changes is None or changes.kind == "full"):
+        raise InputError(f"input {data.url!r} holds no rows: nothing to score")
 
 
 def _follow(publisher: Publisher, changes: Changes, *, key: Sequence[str]) -> bool:

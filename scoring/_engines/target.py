@@ -102,7 +102,7 @@ def pinned(data: InputDataset, publisher: Publisher) -> InputDataset:
     if pinned is None or pinned.pop("requested", None) != data.requested_version:
         return data
     if data.snapshot != pinned:
-        reopened = open_input(data.url, version=int(pinned["version"]))
+        reopened = open_input(data.url, version=int(pinned["version"]), empty=True)
         reopened.requested_version = data.requested_version
         return reopened
     return data

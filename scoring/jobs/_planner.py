@@ -148,7 +148,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     planning = datetime.now(timezone.utc)
     engine = engine_named(spec.engine)
     began = time.perf_counter()
-    data = open_input(spec.input, version=spec.input_version)
+    data = open_input(spec.input, version=spec.input_version, empty=spec.incremental)
     if spec.filter is not None:  # its columns checked now; its rows counted as the run reads
         data = filtered(data, spec.filter, incremental=spec.incremental)
     listing = time.perf_counter() - began
