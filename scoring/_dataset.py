@@ -26,6 +26,7 @@ from urllib.parse import unquote
 import fsspec
 import fsspec.config
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -150,27 +151,27 @@ class InputDataset:
         self, fragment: Fragment, *, columns: Sequence[str], batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
         """The fragment's rows in file order, ``batch_rows`` at a time; with a filter,
-        only its rows (pushed down to the reader, which skips row groups by their
-        statistics; after the deletes where a file has any, whose positions count every
-        row)."""
+        only its rows: the reader skips the row groups their statistics rule out, and
+        the filter is applied to each batch read (after the deletes where a file has
+        any, whose positions count every row), so that a row it fails on is reported as
+        the filter's, not the file's."""
         piece = self.pieces[fragment.index]
         deleted, start, where = self.deleted.get(fragment.path), 0, self.where
-        pushed = where.expression if where is not None and deleted is None else None
         read = list(columns)
-        if where is not None and deleted is not None:  # the filter's columns, read to apply it
+        if where is not None:  # the filter's columns, read to apply it
             read = list(dict.fromkeys([*columns, *where.columns]))
+            if deleted is None:
+                piece = _pruned(piece, where.bind(self.schema), self.schema)
         with translated("parquet", f"cannot read Parquet file {fragment.path!r}", fix=_FIX):
             for batch in piece.to_batches(columns=read, schema=self.schema, batch_size=batch_rows,
-                                          use_threads=True, filter=pushed):  # fmt: skip
-                if deleted is None:
-                    if batch.num_rows or where is None:
-                        yield batch
-                    continue
-                kept = kept_rows(batch, start, deleted)  # positions count every row
-                start += batch.num_rows
+                                          use_threads=True):  # fmt: skip
+                kept = batch
+                if deleted is not None:
+                    kept = kept_rows(batch, start, deleted)  # positions count every row
+                    start += batch.num_rows
                 if where is not None:
                     kept = kept.filter(where.mask(kept)).select(list(columns))
-                if kept.num_rows:
+                if kept.num_rows or (where is None and deleted is None):
                     yield kept
 
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
@@ -250,6 +251,7 @@ def filtered(data: InputDataset, text: str, *, incremental: bool = False) -> Inp
             f"column it holds ({', '.join(data.schema.names[:8])}"
             f"{', ...' if len(data.schema.names) > 8 else ''})"
         )
+    where.bind(data.schema)  # refused now, by name, what these types cannot mean as in Spark
     return replace(data, where=where)
 
 
@@ -455,6 +457,15 @@ def _partition(add: dict[str, Any], columns: list[str], schema: pa.Schema) -> An
                 else pads.field(column) == pa.scalar(value).cast(kind))  # fmt: skip
         expression = expression & term
     return expression
+
+
+def _pruned(piece: Any, expression: pc.Expression, schema: pa.Schema) -> Any:
+    """A Parquet fragment without the row groups whose statistics rule ``expression``
+    out (the whole fragment where they cannot be read that way)."""
+    try:
+        return piece.subset(filter=expression, schema=schema)
+    except (pa.ArrowException, AttributeError):
+        return piece
 
 
 def _refuse_duplicate_names(fs: Any, paths: list[str]) -> None:

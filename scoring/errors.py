@@ -23,6 +23,7 @@ __all__ = [
     "NonNumericColumnError",
     "InvalidValueError",
     "InputFileError",
+    "FilterError",
     "OutputError",
     "CompileError",
     "ResourceLimitError",
@@ -82,6 +83,13 @@ class InvalidValueError(InputError):
 
 class InputFileError(InputError):
     """An input file or dataset is missing, unreadable or corrupt."""
+
+
+class FilterError(InputError):
+    """A row filter that cannot keep exactly the rows Spark SQL keeps on this input (a
+    construct it does not take, or types it does not compare), refused before a row is
+    read; or one whose evaluation fails as Spark's would (ANSI: an overflow, a division
+    by zero)."""
 
 
 class OutputError(ScoringError):

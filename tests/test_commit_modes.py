@@ -11,7 +11,6 @@ nothing of the run is left in it); ``append``, ``overwrite`` and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,8 +53,9 @@ def test_a_table_created_while_the_run_scored_is_met_as_the_mode_says(
         folder = tmp_path / "features" / f"day={day}"
         folder.mkdir(parents=True)
         start = 0 if day == "d1" else 10
-        pd.DataFrame({"a": rng.normal(size=10), "b": rng.normal(size=10),
-                      "id": np.arange(start, start + 10)}).to_parquet(folder / "p.parquet")  # fmt: skip
+        rows = {"a": rng.normal(size=10), "b": rng.normal(size=10),
+                "id": np.arange(start, start + 10)}  # fmt: skip
+        pd.DataFrame(rows).to_parquet(folder / "p.parquet")
     catalog = sql_catalog("race", tmp_path, monkeypatch) if fmt == "iceberg" else None
     url = f"delta:{tmp_path / 'out'}" if fmt == "delta" else "iceberg:race.sales.out"
 

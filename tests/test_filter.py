@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import scoring
 from scoring.cli import app
-from scoring.errors import ConfigError, InputError
+from scoring.errors import ConfigError, FilterError, InputError
 
 runner = CliRunner()
 FEATURES = ["tenure", "spend", "visits"]
@@ -134,7 +134,8 @@ def test_a_filter_that_cannot_apply_is_refused_before_anything_is_written(
     cases: dict[str, tuple[type[Exception], str]] = {
         "region = ": (ConfigError, "cannot be read at character"),
         "zone = 'EU'": (InputError, "has no column 'zone'"),
-        "region RLIKE 'E'": (ConfigError, "RLIKE"),
+        "region RLIKE 'E'": (FilterError, "RLIKE"),
+        "tenure > '3'": (FilterError, "compares DOUBLE and STRING"),
     }
     for where, (error, said) in cases.items():
         with pytest.raises(error, match=said):
@@ -172,3 +173,50 @@ def test_every_engine_writes_the_rows_inside_the_filter(
     assert out.id.tolist() == _inside(frame, CONDITION)
     chosen = frame.set_index("id").loc[out.id, FEATURES]
     np.testing.assert_allclose(out.probability, model.predict_proba(chosen)[:, 1], rtol=1e-6)
+
+
+def test_a_filter_s_failure_is_the_filter_s_and_its_types_are_spark_s(
+    tmp_path: Path, model: xgb.XGBClassifier
+) -> None:
+    """Found from outside: ``amount > 100`` on a DECIMAL column, ``n > 1.5`` on an
+    integer past 2^24, a CASE without ELSE, ``NULL OR ...`` and ``COALESCE(NULL, n)``
+    failed as "cannot read Parquet file ... fix or remove the file" (exit 1, which a
+    CronJob retries), staging left behind; ``"region" = 'EU'`` kept nothing, exit 0."""
+    from decimal import Decimal
+
+    rows = 40
+    frame = _frame(rows, 4)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    amounts = [(Decimal(i * 10) / 3).quantize(Decimal("0.01")) for i in range(rows)]
+    table = table.append_column("amount", pa.array(amounts, pa.decimal128(10, 2)))
+    table = table.append_column("n", pa.array([2**24 + i for i in range(rows)], pa.int64()))
+    (tmp_path / "in").mkdir()
+    pq.write_table(table, tmp_path / "in" / "part-0.parquet", row_group_size=8)
+    model.save_model(tmp_path / "m.json")
+    everyday = {
+        "amount > 100": [i for i in range(rows) if amounts[i] > 100],
+        "n > 1.5": list(range(rows)),
+        "CASE WHEN day > 3 THEN 1 END = 1": [i for i in range(rows) if frame.day[i] > 3],
+        "NULL OR n > 16777230": [i for i in range(rows) if 2**24 + i > 16777230],
+        "COALESCE(NULL, day) = 1": [i for i in range(rows) if frame.day[i] == 1],
+        "amount = 3.33": [1],
+    }
+    for i, (where, ids) in enumerate(everyday.items()):
+        out = tmp_path / f"out{i}"
+        said = runner.invoke(app, ["score", "--model", str(tmp_path / "m.json"), "--input",
+                                   str(tmp_path / "in"), "--output", str(out), "--keep", "id",
+                                   "--filter", where])  # fmt: skip
+        assert said.exit_code == 0, (where, said.output)
+        assert sorted(pd.read_parquet(out).id) == ids, where
+    command = ["score", "--model", str(tmp_path / "m.json"), "--input", str(tmp_path / "in"),
+               "--output", str(tmp_path / "failed"), "--keep", "id"]  # fmt: skip
+    failed = runner.invoke(app, [*command, "--filter", "day / (day - day) > 1"])
+    assert failed.exit_code == 6, failed.output
+    assert "fails on a row of the input as Spark SQL's ANSI mode does (division by zero)" in (
+        failed.output) and "Parquet" not in failed.output  # fmt: skip
+    assert not (tmp_path / "failed" / "_temporary").exists()
+    guarded = runner.invoke(app, [*command, "--filter",
+                                  "CASE WHEN day <> 3 THEN 1 / (day - 3) END > 0"])  # fmt: skip
+    assert guarded.exit_code == 0, guarded.output
+    quoted = runner.invoke(app, [*command, "--filter", "\"region\" = 'EU'"])
+    assert quoted.exit_code == 6 and "quote a column with backticks (`region`)" in quoted.output

@@ -43,6 +43,7 @@ from .base import (
     publish,
     report,
     resolve_model,
+    unused_staging_cleared,
 )
 from .target import output_failures
 
@@ -143,7 +144,7 @@ def score_parquet(
             tracker = RunProgress(sum(f.rows for f in planned.todo), enabled=progress)
             if watch.on_progress is not None:
                 tracker.listeners.append(watch.on_progress)
-            with tracker:
+            with tracker, unused_staging_cleared(planned.publisher):
                 scored = runner.run(planned, source=source, options=options, progress=tracker)
             lease.check()
             if watch.before_publish is not None:

@@ -29,7 +29,7 @@ from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
 from .._frameworks import is_mlflow_ref, load_mlflow_model, mlflow_name
-from .._journal import Entry, Journal
+from .._journal import Entry
 from .._lease import OutputLease
 from .._model import compile_model
 from .._modelset import (
@@ -69,6 +69,7 @@ __all__ = [
     "register",
     "report",
     "resolve_model",
+    "unused_staging_cleared",
 ]
 
 TRIAL_ROWS = 1000
@@ -496,7 +497,7 @@ def plan_run(
                               settings=given, partitions=partitions,
                               on_step=hooks.on_publish_step)  # fmt: skip
     data = pinned(data, publisher)
-    with _unused_staging_cleared(publisher.journal):
+    with unused_staging_cleared(publisher):
         complete = publisher.check_target(data.fragments)
         if not complete:
             publisher.check_schema(schema)
@@ -545,12 +546,15 @@ def _job(
 
 
 @contextmanager
-def _unused_staging_cleared(journal: Journal) -> Iterator[None]:
-    """A run refused before it staged a file leaves no staging behind (its record
-    would make the next run speak of an interrupted one)."""
+def unused_staging_cleared(publisher: Publisher | None) -> Iterator[None]:
+    """A run refused or failed before it staged a file leaves no staging behind (its
+    record would make the next run speak of an interrupted one)."""
     try:
         yield
     except ScoringError:
+        if publisher is None:
+            raise
+        journal = publisher.journal
         record = journal.record() or {}
         if record and not record.get("publishing") and journal.unused():
             journal.clear()

@@ -33,6 +33,7 @@ from .._drift import Counts, merge
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
 from .._publish import engine_dir
+from .._where import RowFilter
 from ..errors import DependencyError, InputError, translated
 from .base import (
     ModelSource,
@@ -243,8 +244,8 @@ class SparkEngine:
         base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
         # Only what the plan reads: kept and feature columns, never other partition keys.
         df = spark.read.option("basePath", base).parquet(*files)
-        if plan.data.where is not None:  # Spark's own SQL: the dialect the filter is read in
-            df = df.where(plan.data.where.text)
+        if plan.data.where is not None:  # the filter every engine applies (not Spark's own)
+            df = df.mapInArrow(InsideFilter(plan.data.where.text), df.schema)
         df = df.select(*plan.columns)
         ran = spark.sparkContext.accumulator({}, Tally())
         drift = spark.sparkContext.accumulator({}, DriftTally()) if plan.score.monitor else None
@@ -268,6 +269,20 @@ class SparkEngine:
 
 
 ENGINE = register(SparkEngine())
+
+
+class InsideFilter:
+    """The rows of each Arrow batch a task reads that are inside the row filter ``text``
+    (:mod:`scoring._where`): the one translation every engine applies, so that Spark keeps
+    the rows the local and Ray engines keep, whatever the session's SQL settings."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        where = RowFilter(self.text)
+        for batch in batches:
+            yield batch.filter(where.mask(batch))
 
 
 class Tally:

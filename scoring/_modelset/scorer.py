@@ -88,6 +88,8 @@ class SetScorer:
                     raise MissingColumnError(
                         f"its row filter reads column(s) {absent} that the input lacks"
                     )
+                if where is not None:  # what these types cannot mean as in Spark: now
+                    where.bind(schema)
 
     def feature_columns(self, columns: Sequence[str]) -> list[str]:
         """Every input column some model reads, each once."""
