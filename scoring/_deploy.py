@@ -7,7 +7,9 @@ job file in the ConfigMap with this one, and sets the CronJob's schedule, time z
 (``45m``) is the window; a clock deadline (``01:45``) is the time from the schedule's
 start to it (a schedule of the form ``M H * * *``), and a deadline dated from the run's
 date (``${RUN_DATE}+1d 01:45``) the time from the start on that date, as the pod sets
-``RUN_DATE`` to the day it starts.  The pod gets the window plus a
+``RUN_DATE`` to the day it starts in the job's time zone (``scoring run --run-date
+today``), the zone of the schedule too; a night that changes the clocks counts, the
+window being the longest of the year (:mod:`scoring._when`).  The pod gets the window plus a
 quarter (at least ten minutes) so that a late run finishes and exits 4 (finished late,
 output complete) rather than being killed mid-publication.  A GPU job adds the ``gpu``
 component (``nvidia.com/gpu``, the pool's toleration and label), a Ray job the ``ray``
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._when import check_schedule, daily_start, parse_deadline, zone
+from ._when import window_seconds as window_of
 from .errors import ConfigError, JobFileError
 
 if sys.version_info >= (3, 11):
@@ -32,11 +36,6 @@ else:  # pragma: no cover
 
 __all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_DAILY = re.compile(r"^(\d{1,2}) (\d{1,2}) \* \* \*$")
-#: A time of day: a clock time (01:45), or one dated from the run's date (the first
-#: group), days after it (${RUN_DATE}+1d 01:45).
-_TIME_OF_DAY = re.compile(r"^(\$\{?RUN_DATE\}?\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T))?(\d{1,2}):(\d{2})$")
 
 
 @dataclass(frozen=True)
@@ -46,36 +45,31 @@ class Rendered:
     active_deadline_seconds: int | None
 
 
-def window_seconds(deadline: str, *, schedule: str | None) -> int:
-    """Seconds from the job's start to its deadline: a duration as given; a clock time
-    after the start of a daily schedule (``M H * * *``), the next day when earlier."""
-    duration = _DURATION.match(deadline.strip())
-    if duration and any(duration.groups()):
-        h, m, s = (int(g or 0) for g in duration.groups())
-        return h * 3600 + m * 60 + s
-    at = _TIME_OF_DAY.match(deadline.strip())
-    if at is None:
+def window_seconds(deadline: str, *, schedule: str | None, timezone: str = "UTC") -> int:
+    """Seconds from the job's start to its deadline (:mod:`scoring._when`): a duration as
+    given; a time of day after the start of a daily schedule (``M H * * *``, in the job's
+    time zone, where ``RUN_DATE`` is the start's date), the longest night of the year."""
+    try:
+        parsed = parse_deadline(deadline)
+    except ValueError as exc:
+        raise ConfigError(f"job file key 'deadline': {exc}") from None
+    if parsed.duration is not None:
+        return int(parsed.duration.total_seconds())
+    if parsed.day is not None:
         raise ConfigError(
-            f"deadline {deadline!r}: expected a duration (45m), a clock time (01:45) or one "
-            "dated from the run's date (${RUN_DATE}+1d 01:45)"
+            f"deadline {deadline!r} is one day's: a CronJob runs every day, so give a duration "
+            "(75m), a time of day (01:45) or one dated from the run's date (${RUN_DATE}+1d 01:45)"
         )
-    daily = _DAILY.match((schedule or "").strip())
-    if daily is None:
+    start = daily_start(schedule or "")
+    if start is None:
         raise ConfigError(
             f"deadline {deadline!r} is a time of day: its window needs a daily schedule "
             "('M H * * *'), or give the job a duration deadline (e.g. \"75m\")"
         )
-    start = int(daily.group(2)) * 60 + int(daily.group(1))
-    end = int(at.group(3)) * 60 + int(at.group(4))
-    if at.group(1) is None:  # a clock time: the next one after the start
-        return ((end - start) % (24 * 60) or 24 * 60) * 60
-    window = (int(at.group(2) or 0) * 24 * 60 + end - start) * 60
-    if window <= 0:
-        raise ConfigError(
-            f"deadline {deadline!r} comes before the schedule's start ({schedule!r}) on the "
-            "run's date: add days (${RUN_DATE}+1d ...)"
-        )
-    return window
+    try:
+        return window_of(parsed, start=start, zone_name=timezone)
+    except ValueError as exc:
+        raise ConfigError(f"deadline {deadline!r} {exc}") from None
 
 
 def active_deadline(window: int) -> int:
@@ -102,17 +96,39 @@ def render(
     deadline = job.get("deadline")
     if engine != "ray" and schedule is None:
         raise ConfigError("a CronJob needs a schedule: --schedule '30 0 * * *'")
-    window = None if deadline is None else window_seconds(str(deadline), schedule=schedule)
+    zone_name = _one_zone(str(job.get("timezone") or "UTC"), timezone)
+    try:
+        if schedule is not None:
+            check_schedule(schedule)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    window = None if deadline is None else window_seconds(
+        str(deadline), schedule=schedule, timezone=zone_name)  # fmt: skip
     seconds = None if window is None else active_deadline(window)
     out.mkdir(parents=True, exist_ok=True)
     (out / "job.toml").write_text(job_file.read_text())
     kustomization = _kustomization(
         name=name, base=os.path.relpath(base, out), components=components,
-        engine=engine, schedule=schedule, timezone=timezone or job.get("timezone"),
-        seconds=seconds,
+        engine=engine, schedule=schedule, timezone=zone_name, seconds=seconds,
     )  # fmt: skip
     (out / "kustomization.yaml").write_text(_yaml(kustomization))
     return Rendered(out, f"scoring-{name}", seconds)
+
+
+def _one_zone(job_zone: str, given: str | None) -> str:
+    """The one time zone of the schedule, the deadline and ``RUN_DATE`` (the pod's
+    ``scoring run --run-date today`` dates the run in the job's zone)."""
+    for name in {job_zone, given or job_zone}:
+        try:
+            zone(name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if given is not None and given != job_zone:
+        raise ConfigError(
+            f"--timezone {given!r} is not the job's timezone {job_zone!r}: the schedule, the "
+            "deadline and RUN_DATE are read in one zone; set timezone in the job file"
+        )
+    return job_zone
 
 
 def _job(path: Path) -> dict[str, Any]:

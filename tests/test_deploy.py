@@ -51,7 +51,7 @@ def _validate(resources: list[dict[str, Any]], tmp_path: Path) -> None:
         assert done.stdout.count(" passed ") == len(builtin), done.stdout
     for ray_job in (r for r in resources if r["kind"] == "RayJob"):
         spec = ray_job["spec"]
-        assert "scoring run /etc/scoring/job.toml" in spec["entrypoint"]
+        assert "scoring run --run-date today /etc/scoring/job.toml" in spec["entrypoint"]
         assert spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
         for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
             limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
@@ -152,7 +152,10 @@ def test_deploy_render_writes_an_overlay_for_each_example_job(job: str, tmp_path
         text = path.read_text()
         deadline = re.search(r'^deadline = "([^"]+)"', text, flags=re.M)
         assert deadline is not None
-        seconds = active_deadline(window_seconds(deadline.group(1), schedule="30 0 * * *"))
+        zone_name = re.search(r'^timezone = "([^"]+)"', text, flags=re.M)
+        seconds = active_deadline(window_seconds(
+            deadline.group(1), schedule="30 0 * * *",
+            timezone=zone_name.group(1) if zone_name else "UTC"))  # fmt: skip
         if job == "ray":
             (ray_job,) = [r for r in resources if r["kind"] == "RayJob"]
             assert ray_job["spec"]["activeDeadlineSeconds"] == seconds
@@ -161,7 +164,7 @@ def test_deploy_render_writes_an_overlay_for_each_example_job(job: str, tmp_path
         assert cronjob["spec"]["schedule"] == "30 0 * * *"
         assert cronjob["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == seconds
         zone = re.search(r'^timezone = "([^"]+)"', text, flags=re.M)
-        assert cronjob["spec"].get("timeZone") == (zone.group(1) if zone else None)
+        assert cronjob["spec"].get("timeZone") == (zone.group(1) if zone else "UTC")
         pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
         assert ("nvidia.com/gpu" in pod["containers"][0]["resources"]["limits"]) == bool(gpu)
 
@@ -180,7 +183,7 @@ def test_the_window_and_the_pod_s_deadline() -> None:
         window_seconds("${RUN_DATE} 00:15", schedule="30 0 * * *")
     with pytest.raises(Exception, match="needs a daily schedule"):
         window_seconds("${RUN_DATE}+1d 01:45", schedule=None)
-    with pytest.raises(Exception, match="expected a duration"):
+    with pytest.raises(Exception, match="is one day's: a CronJob runs every day"):
         window_seconds("2026-11-28 01:45", schedule="30 0 * * *")  # one day only: no CronJob
     assert active_deadline(2700) == 2700 + 675  # a quarter more
     assert active_deadline(600) == 600 + 600  # at least ten minutes more
@@ -222,3 +225,70 @@ def test_the_containerfile_builds_what_the_docs_say() -> None:
     assert "kernel_library()" in text and "SCORING_COMPILE_CACHE=/opt/scoring/cache" in text
     ignored = (ROOT / ".containerignore").read_text().split()
     assert ignored[ignored.index("*") + 1 :][:3] == ["!pyproject.toml", "!README.md", "!scoring/"]
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "Asia/Tokyo", "America/Los_Angeles", "UTC"])
+def test_the_pod_s_run_date_and_the_render_s_window_agree_in_every_zone(zone: str) -> None:
+    """Found from outside: east of UTC the pod dated its run by the UTC day, so a job's
+    own ``${RUN_DATE} 01:45`` fell 22.75 h before its 00:30 start.  Now the pod's
+    ``scoring run --run-date today`` dates the run in the job's zone, which the render
+    counts from: at every start of a year of nights (clock changes included) the job's
+    deadline is after its start and within the CronJob's window, which is met exactly on
+    a night without a clock change."""
+    from datetime import datetime, timedelta
+    from datetime import timezone as tz
+    from zoneinfo import ZoneInfo
+
+    from scoring._when import run_date
+    from scoring.jobs import JobSpec
+
+    for deadline in ("${RUN_DATE} 01:45", "${RUN_DATE}+1d 00:15", "01:45", "02:30"):
+        window = window_seconds(deadline, schedule="30 0 * * *", timezone=zone)
+        elapsed = []
+        for day in range(365):
+            start = datetime(2026, 1, 1, 0, 30, tzinfo=ZoneInfo(zone)) + timedelta(days=day)
+            start = start.astimezone(tz.utc)  # what the CronJob starts at, in its zone
+            dated = deadline.replace("${RUN_DATE}", run_date(zone, now=start).isoformat())
+            spec = JobSpec.model_validate({"name": "j", "model": "m", "input": "i",
+                                           "output": "o", "deadline": dated,
+                                           "timezone": zone})  # fmt: skip
+            at = spec.deadline_at(start)
+            assert at is not None and at > start, (zone, deadline, start)
+            elapsed.append((at - start).total_seconds())
+        assert max(elapsed) == window, (zone, deadline)
+        assert elapsed[10] in (window, window - 3600)  # a January night: an hour less at most
+        if zone in ("UTC", "Asia/Tokyo"):  # no clock changes: every night the same
+            assert set(elapsed) == {window}
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    ({"deadline": "25:99"}, "deadline '25:99': hour must be in 0..23"),
+    ({"deadline": "24:00"}, "deadline '24:00': hour must be in 0..23"),
+    ({"schedule": "every night"}, "is not a cron schedule"),
+    ({"schedule": "99 99 * * *"}, "minute '99' is not a value from 0 to 59"),
+    ({"schedule": "30 0 * * MON-XYZ"}, "day of week 'MON-XYZ'"),
+    ({"timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
+    ({"flag": "America/New_York"}, "is not the job's timezone 'Europe/Berlin'"),
+])  # fmt: skip
+def test_render_refuses_what_the_job_would_refuse_in_one_line(
+    tmp_path: Path, given: dict[str, str], says: str
+) -> None:
+    """Found from outside: a deadline of 25:99 (which the job refuses), a schedule that
+    is no cron expression and an unknown time zone were rendered."""
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "j"\nmodel = "m"\ninput = "i/"\noutput = "o/"\n'
+        f'deadline = "{given.get("deadline", "${RUN_DATE} 01:45")}"\n'
+        f'timezone = "{given.get("timezone", "Europe/Berlin")}"\n'
+    )
+    flag = ["--timezone", given["flag"]] if "flag" in given else []
+    said = runner.invoke(app, ["deploy", "render", str(job), "--out", str(tmp_path / "o"),
+                               "--schedule", given.get("schedule", "30 0 * * *"),
+                               "--base", str(DEPLOY), *flag])  # fmt: skip
+    assert said.exit_code == 2 and says in said.stderr, said.output
+    assert len(said.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "kustomization.yaml").exists()
+    for cron in ("30 0 * * *", "*/15 1-5 * * MON-FRI", "0 0 1 JAN,JUL ?", "@daily"):
+        from scoring._when import check_schedule
+
+        assert check_schedule(cron) == cron

@@ -8,6 +8,7 @@ Exit codes: 0 done in time (plan: feasible), 1 failed, 2 usage (a bad job file),
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,18 +42,27 @@ _DEADLINE = typer.Option(
 )  # fmt: skip
 
 
+_RUN_DATE = typer.Option(
+    None, "--run-date", help="RUN_DATE where the environment has none: 'today' (the day the "
+    "run starts in the job's timezone, as a rendered CronJob runs it) or a date (YYYY-MM-DD)",
+)  # fmt: skip
+
+
 def load_job_options(
     path: Path, command: str, registry: str | None, registry_db: str | None, storage: list[str],
-    *, deadline: str | None = None,
+    *, deadline: str | None = None, run_date: str | None = None,
 ) -> JobSpec:  # fmt: skip
     """The job file, with the registry options and deadline given on the command line in
-    place of its own, and its storage options with those given added."""
+    place of its own, and its storage options with those given added; ``run_date``:
+    ``RUN_DATE``'s value where the environment has none (``today``: in the job's zone)."""
     from pydantic import ValidationError
 
     from ..errors import JobFileError
-    from ..jobs import EXIT_USAGE, JobSpec, load_job
+    from ..jobs import EXIT_USAGE, JobSpec, job_run_date, load_job
 
     try:
+        if run_date is not None and "RUN_DATE" not in os.environ:
+            os.environ["RUN_DATE"] = job_run_date(path, run_date)
         spec = load_job(path)
     except JobFileError as exc:
         raise fail(command, str(exc), code=EXIT_USAGE) from None
@@ -77,13 +87,14 @@ def plan(
     registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
     deadline: str | None = _DEADLINE,
+    run_date: str | None = _RUN_DATE,
 ) -> None:
     """Count rows, measure throughput, and say whether JOB meets its deadline (exit 3 if not)."""
     from .._progress import waiting
     from ..jobs import EXIT_INFEASIBLE, make_plan
 
     spec = load_job_options(job, "plan", registry, registry_db, storage_option,
-                            deadline=deadline)  # fmt: skip
+                            deadline=deadline, run_date=run_date)  # fmt: skip
     loading = waiting("planning: reading footers, loading and timing the model ...",
                       console=messages)  # fmt: skip
     with reported("plan"), loading:
@@ -101,6 +112,7 @@ def run(
     registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
     deadline: str | None = _DEADLINE,
+    run_date: str | None = _RUN_DATE,
 ) -> None:
     """Plan JOB, refuse an impossible deadline (exit 3), run it, write its report."""
     from .._progress import waiting
@@ -110,7 +122,7 @@ def run(
 
     logging.basicConfig(level=logging.WARNING, format="scoring run: %(message)s")
     spec = load_job_options(job, "run", registry, registry_db, storage_option,
-                            deadline=deadline)  # fmt: skip
+                            deadline=deadline, run_date=run_date)  # fmt: skip
     if verify:  # the job file's own ``verify`` is the default
         spec = spec.model_copy(update={"verify": True})
     written = RowsWritten()

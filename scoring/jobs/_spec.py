@@ -72,10 +72,9 @@ import os
 import re
 import sys
 from dataclasses import replace
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
@@ -93,6 +92,7 @@ from .._explanations import canonical, parse
 from .._iceberg import is_iceberg, storage_url
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
+from .._when import parse_deadline, parse_duration, run_date, zone
 from .._where import RowFilter
 from ..errors import ConfigError, JobFileError
 
@@ -101,23 +101,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Checks", "JobSpec", "Metrics", "load_job", "parse_duration"]
+__all__ = ["Checks", "JobSpec", "Metrics", "job_run_date", "load_job", "parse_duration"]
 
-_DURATION = re.compile(r"^\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
-_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*$")
-#: A dated deadline: an ISO date, days after it, a time of day ("2026-11-28+1d 01:45").
-_DATED = re.compile(r"^\s*(\d{4}-\d{2}-\d{2})\s*(?:\+\s*(\d+)\s*d)?(?:\s+|T)(\d{1,2}):(\d{2})\s*$")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LATE_WINDOW = timedelta(hours=12)
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"45m"``, ``"1h30m"``, ``"90s"`` as a timedelta."""
-    match = _DURATION.match(text)
-    if not match or not any(match.groups()):
-        raise ValueError(f"{text!r} is not a duration like '45m', '1h30m' or '90s'")
-    h, m, s = (int(g or 0) for g in match.groups())
-    return timedelta(hours=h, minutes=m, seconds=s)
 
 
 class _Strict(BaseModel):
@@ -336,43 +323,30 @@ class JobSpec(_EngineTables):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r} (use an IANA name)") from exc
+        zone(value)  # raises naming it
         return value
 
     @field_validator("deadline")
     @classmethod
     def _deadline(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if dated := _DATED.match(value):
-            _on_day(dated, ZoneInfo("UTC"))  # raises on 2026-02-30 or 25:00
-        elif clock := _CLOCK.match(value):
-            time(int(clock.group(1)), int(clock.group(2)))  # raises on 25:00
-        else:
-            try:
-                parse_duration(value)
-            except ValueError:
-                raise ValueError(
-                    f"{value!r} is not a deadline: give a duration ('75m'), a time of day "
-                    "('01:45') or a date and time ('${RUN_DATE}+1d 01:45')"
-                ) from None
+        if value is not None:
+            parse_deadline(value)  # raises on 2026-02-30, 25:00 or any other form
         return value
 
     def deadline_at(self, start: datetime) -> datetime | None:
         """The deadline as an aware datetime, for a job starting at ``start``."""
         if self.deadline is None:
             return None
-        if dated := _DATED.match(self.deadline):
-            return _on_day(dated, ZoneInfo(self.timezone)).astimezone(timezone.utc)
-        clock = _CLOCK.match(self.deadline)
-        if clock is None:
-            return start + parse_duration(self.deadline)
-        zone = ZoneInfo(self.timezone)
-        local = start.astimezone(zone)
-        today = local.replace(hour=int(clock.group(1)), minute=int(clock.group(2)), second=0,
+        deadline = parse_deadline(self.deadline)
+        if deadline.duration is not None:
+            return start + deadline.duration
+        assert deadline.at is not None  # not a duration: a time of day
+        where = zone(self.timezone)
+        if deadline.day is not None:  # dated: its day plus its days, at its time
+            day = deadline.day + timedelta(days=deadline.days)
+            return datetime.combine(day, deadline.at, tzinfo=where).astimezone(timezone.utc)
+        local = start.astimezone(where)
+        today = local.replace(hour=deadline.at.hour, minute=deadline.at.minute, second=0,
                               microsecond=0)  # fmt: skip
         days = (today + timedelta(days=d) for d in (-1, 0, 1))  # yesterday's may be the one
         return next(at for at in days if at >= local - _LATE_WINDOW).astimezone(timezone.utc)
@@ -393,15 +367,21 @@ class JobSpec(_EngineTables):
         )
 
 
-def _on_day(dated: re.Match[str], zone: ZoneInfo) -> datetime:
-    """A dated deadline's time: its date plus its days, at its time of day in ``zone``."""
+def job_run_date(path: str | os.PathLike[str], given: str) -> str:
+    """``RUN_DATE`` for the job file at ``path``: ``today`` is the day in the job's time
+    zone (:func:`scoring._when.run_date`); a date (YYYY-MM-DD) is itself."""
+    file = Path(path)
+    if given != "today":
+        try:
+            return date.fromisoformat(given).isoformat()
+        except ValueError:
+            raise JobFileError(f"--run-date {given!r}: give 'today' or a date (YYYY-MM-DD)"
+                               ) from None  # fmt: skip
     try:
-        days = timedelta(days=int(dated.group(2) or 0))
-        day = datetime.fromisoformat(dated.group(1)).date() + days
-        at = time(int(dated.group(3)), int(dated.group(4)))
-    except ValueError as exc:
-        raise ValueError(f"deadline {dated.string.strip()!r}: {exc}") from None
-    return datetime.combine(day, at, tzinfo=zone)
+        zone_name = tomllib.loads(file.read_text()).get("timezone", "UTC")
+        return run_date(str(zone_name)).isoformat()
+    except (OSError, tomllib.TOMLDecodeError, ValueError) as exc:
+        raise JobFileError(f"job file {str(file)!r}: {exc}") from None
 
 
 def load_job(path: str | os.PathLike[str]) -> JobSpec:
