@@ -38,12 +38,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._bundle import sha256_hex
 from ._catalog import Registry
 from ._frameworks import dump_model, import_model, is_mlflow_ref, load_mlflow_model, model_object
-from .errors import ConfigError, JobFileError, ModelNotFoundError, VerificationError
+from ._registry import check_alias
+from .errors import ConfigError, JobFileError, ModelNotFoundError, RegistryError, VerificationError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,6 +67,17 @@ class Version(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     description: str = ""
     trusted: bool = False  # a pickle file: its code runs on load
+
+    @field_validator("aliases")
+    @classmethod
+    def _names(cls, aliases: list[str]) -> list[str]:
+        """Refused as the file is read, as the registry would refuse it (not partway)."""
+        for alias in aliases:
+            try:
+                check_alias(alias)
+            except RegistryError as exc:
+                raise ValueError(str(exc)) from None
+        return aliases
 
 
 class Declared(BaseModel):
@@ -129,9 +143,12 @@ def declared(folder: str | os.PathLike[str]) -> list[Declared]:
 
 def _read(path: Path) -> Declared:
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise JobFileError(f"model file {str(path)!r} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise JobFileError(f"model file {str(path)!r} is not UTF-8 text (byte {exc.start}): "
+                           "save it as UTF-8") from None  # fmt: skip
     try:
         entry = Declared.model_validate({**data, "file": str(path)})
     except ValidationError as exc:
@@ -143,7 +160,26 @@ def _read(path: Path) -> Declared:
         reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise JobFileError(f"model file {str(path)!r}, key {key!r}: {reason}") from None
     here = path.absolute().parent
-    return entry.model_copy(update={"versions": [_anchored(v, here) for v in entry.versions]})
+    versions = [_anchored(v, here) for v in entry.versions]
+    for version in versions:
+        _check_sample(version, path)
+    return entry.model_copy(update={"versions": versions})
+
+
+def _check_sample(version: Version, path: Path) -> None:
+    """A local sample that is no Parquet file is refused with its model file, before
+    any change is made (not by the register that would read it)."""
+    sample = version.sample
+    if sample is None or "://" in sample:
+        return
+    try:
+        pq.read_schema(sample)
+    except (OSError, pa.ArrowException) as exc:
+        raise JobFileError(
+            f"model file {str(path)!r}, key 'sample': {sample!r} is not a readable Parquet "
+            f"file ({str(exc).splitlines()[0]}); point it at Parquet rows of the model's "
+            "features"
+        ) from None
 
 
 def _anchored(version: Version, here: Path) -> Version:

@@ -304,7 +304,8 @@ class IcebergPublisher:
             self._snapshot(txn, paths, summary=self._summary(
                 extra=extra, rows=sum(f.rows for f in files)))  # fmt: skip
             txn.commit_transaction()
-        except module.exceptions.CommitFailedException as exc:
+        except (module.exceptions.CommitFailedException,
+                module.exceptions.ValidationException) as exc:  # another commit won  # fmt: skip
             raise OutputError(
                 f"Iceberg table {self.url!r} changed while this run committed "
                 f"({cause_line(exc)}); rerun: its files are kept and committed once"

@@ -102,3 +102,33 @@ def test_a_table_created_while_the_run_scored_is_met_as_the_mode_says(
         assert catalog is not None
         ids = catalog.load_table("sales.out").scan().to_arrow().column("id")
     assert sorted(ids.to_pylist()) == sorted(expected)
+
+
+@pytest.mark.parametrize("raised", ["ValidationException", "CommitFailedException"])
+def test_an_iceberg_commit_another_one_beat_is_one_line_and_rerun_commits_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, raised: str
+) -> None:
+    """Found from outside: an ``overwrite`` racing another commit raised pyiceberg's own
+    ValidationException (the files it replaces were gone)."""
+    import pyiceberg.exceptions
+    from pyiceberg.table import Transaction
+
+    folder = tmp_path / "features"
+    folder.mkdir()
+    pd.DataFrame({"a": [0.1, 0.2], "b": [0.3, 0.4], "id": [1, 2]}).to_parquet(folder / "p.parquet")
+    catalog = sql_catalog("race", tmp_path, monkeypatch)
+    target = scoring.Output("iceberg:race.sales.out", mode="overwrite")
+    scoring.score_parquet(str(folder), target, model, keep=["id"], progress=False)
+    error = getattr(pyiceberg.exceptions, raised)
+
+    def beaten(self: Transaction) -> None:
+        raise error("Missing required files to delete: s3://lake/data/one.parquet")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Transaction, "commit_transaction", beaten)
+        with pytest.raises(OutputError, match=r"changed while this run committed.*rerun") as caught:
+            scoring.score_parquet(str(folder), target, model, keep=["id"], progress=False)
+    assert "\n" not in str(caught.value)
+    scoring.score_parquet(str(folder), target, model, keep=["id"], progress=False)
+    ids = catalog.load_table("sales.out").scan().to_arrow().column("id").to_pylist()
+    assert sorted(ids) == [1, 2]

@@ -135,3 +135,32 @@ def test_bad_files_are_one_line_naming_the_file(folder: Path) -> None:
     said = runner.invoke(app, ["models", "apply", str(folder), "--registry",
                                str(folder.parent / "registry")])  # fmt: skip
     assert said.exit_code != 0 and "key 'source': Field required" in said.stderr, said.output
+
+
+@pytest.mark.parametrize(("written", "says"), [
+    ('aliases = ["2"]', "alias '2' is reserved"),
+    ('aliases = ["latest"]', "alias 'latest' is reserved"),
+    ('aliases = ["bad alias"]', "alias 'bad alias' is not valid"),
+    ('sample = "../files/upsell.json"', "key 'sample': '"),
+    (b'name = "x\xff"', "is not UTF-8 text"),
+])  # fmt: skip
+def test_what_the_registry_would_refuse_is_refused_with_the_file_before_any_change(
+    folder: Path, written: str | bytes, says: str
+) -> None:
+    """Found from outside: ``--dry-run`` accepted the alias "2", "latest" or "bad alias",
+    and the real apply registered the version, then failed partway without naming the
+    file; a model file that is not UTF-8 and a sample that is not Parquet raised raw."""
+    path = folder / "zz.toml"
+    if isinstance(written, bytes):
+        path.write_bytes(written + b'\nsource = "../files/upsell.json"\n')
+    else:
+        path.write_text(f'name = "later"\nsource = "../files/upsell.json"\n{written}\n')
+    registry = folder.parent / "registry"
+    for dry in (["--dry-run"], []):
+        said = runner.invoke(app, ["models", "apply", str(folder), "--registry", str(registry),
+                                   *dry])  # fmt: skip
+        assert said.exit_code == 2, said.output
+        assert says in said.stderr and "zz.toml" in said.stderr, said.stderr
+        assert len(said.stderr.strip().splitlines()) == 1
+    listed = runner.invoke(app, ["models", "list", "--registry", str(registry)])
+    assert "churn" not in listed.stdout, "nothing registered: refused before any change"

@@ -21,9 +21,10 @@ from __future__ import annotations
 from .runs import OUTCOMES, RunHistory, RunRecord, describe_trend, trend
 from .samples import read_sample
 from .schema import ModelVersion
-from .store import ModelStore, default_root, parse_ref, root_url
+from .store import ModelStore, check_alias, default_root, parse_ref, root_url
 
 __all__ = [
-    "OUTCOMES", "ModelStore", "ModelVersion", "RunHistory", "RunRecord", "default_root",
+    "OUTCOMES", "ModelStore", "ModelVersion", "RunHistory", "RunRecord", "check_alias",
+    "default_root",
     "describe_trend", "parse_ref", "read_sample", "root_url", "trend",
 ]  # fmt: skip

@@ -30,7 +30,7 @@ from .samples import sample_from_bytes, sample_to_bytes
 from .schema import ModelVersion
 from .storage import ArtifactStore
 
-__all__ = ["ModelStore", "default_root", "parse_ref", "root_url"]
+__all__ = ["ModelStore", "check_alias", "default_root", "parse_ref", "root_url"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _INSERT_ATTEMPTS = 20
@@ -73,6 +73,13 @@ def _check_root(root: str, db_url: str | None) -> None:
             "registry database with --registry-db (SCORING_REGISTRY_DB, db_url=), e.g. "
             "postgresql+psycopg://user@host/scoring"
         )
+
+
+def check_alias(alias: str) -> None:
+    """Refuse an alias that is no name, or one that would read as a version."""
+    _check_name(alias, "alias")
+    if alias.isdigit() or alias == "latest":
+        raise RegistryError(f"alias {alias!r} is reserved: it would read as a version")
 
 
 def _check_name(value: str, what: str) -> None:
@@ -233,9 +240,7 @@ class ModelStore:
 
     def set_alias(self, name: str, alias: str, version: int, *, force: bool = False) -> None:
         """Point ``name@alias`` at ``version``; an unverified version needs ``force``."""
-        _check_name(alias, "alias")
-        if alias.isdigit() or alias == "latest":
-            raise RegistryError(f"alias {alias!r} is reserved: it would read as a version")
+        check_alias(alias)
         mv = self.get(name, version=version)
         if not mv.verified and not force:
             failed = [
