@@ -510,7 +510,8 @@ def test_sql_that_cannot_be_evaluated_is_refused_by_name() -> None:
         "substring(region, tenure, 1) = 'E'": "substring takes numbers",
         "signup > DATE 'not a date'": "write a date as YYYY-MM-DD",
         "region = 1": "compares STRING and INT",
-        "\"region\" = 'EU' AND tenure / 0.5 > 1": "a DECIMAL divided",
+        "region = 'EU' AND tenure / 0.5 > 1": "a DECIMAL divided",
+        "\"region\" = 'EU'": "quote a column with backticks (`region`)",
     }
     for text, named in refused.items():  # refused over the input's types, before a row
         with pytest.raises(scoring.errors.FilterError, match=re.escape(named)):

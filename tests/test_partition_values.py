@@ -122,3 +122,45 @@ def test_what_the_table_s_reader_gets_back_is_what_each_mode_means(
         touched = {c for _, c in _expected(fmt, b)}
         expected = {r for r in _expected(fmt, a) if r[1] not in touched} | _expected(fmt, b)
     assert _read(fmt, url, catalog) == expected
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+@pytest.mark.parametrize("point", ["placed a new file", "committed"])
+def test_a_kill_at_each_step_then_the_rerun_replaces_escaped_partitions_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, fmt: str, point: str
+) -> None:
+    """``overwrite_partitions`` over values that need escaping, killed after each step of
+    its publication and run again: the table's reader sees each row once, the first
+    run's other partitions kept."""
+    from scoring._publish import Publication
+
+    catalog = sql_catalog("kills", tmp_path, monkeypatch) if fmt == "iceberg" else None
+    url = f"delta:{tmp_path / 'scores'}" if fmt == "delta" else "iceberg:kills.sales.scores"
+
+    def run(values: list[str | None], mode: str | None, first_id: int) -> pa.Table:
+        table = _features(tmp_path / "features", values, first_id=first_id)
+        out = scoring.Output(url, mode=mode, partition_by=["city"])
+        scoring.score_parquet(tmp_path / "features", out, model, keep=["id", "city"],
+                              progress=False)  # fmt: skip
+        return table
+
+    first = run([*ESCAPED, None], None, 0)
+    step = Publication.step
+
+    class Killed(BaseException):
+        pass
+
+    def killed(self: Publication, done: str) -> None:
+        step(self, done)
+        if done.startswith(point):  # the table's version (Delta), or snapshot (Iceberg)
+            raise Killed()
+
+    second_values = [*ESCAPED[:6], None]
+    with monkeypatch.context() as patched:
+        patched.setattr(Publication, "step", killed)
+        with pytest.raises(Killed):
+            run(second_values, "overwrite_partitions", 1000)
+    second = run(second_values, "overwrite_partitions", 1000)
+    touched = {c for _, c in _expected(fmt, second)}
+    expected = {r for r in _expected(fmt, first) if r[1] not in touched} | _expected(fmt, second)
+    assert _read(fmt, url, catalog) == expected
