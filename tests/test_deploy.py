@@ -292,3 +292,25 @@ def test_render_refuses_what_the_job_would_refuse_in_one_line(
         from scoring._when import check_schedule
 
         assert check_schedule(cron) == cron
+
+
+def test_run_date_today_is_the_job_s_day_and_a_given_one_is_checked(tmp_path: Path) -> None:
+    """``scoring run --run-date today`` (the rendered pod's command) dates the run in the
+    job's zone; the environment's RUN_DATE wins; a day that does not exist is refused."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from scoring.errors import JobFileError
+    from scoring.jobs._spec import job_run_date
+
+    job = tmp_path / "job.toml"
+    for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago"):  # UTC+14 and UTC-11
+        job.write_text(f'name = "j"\ntimezone = "{zone}"\n')
+        before = datetime.now(ZoneInfo(zone)).date().isoformat()
+        said = job_run_date(job, "today")
+        assert said in (before, datetime.now(ZoneInfo(zone)).date().isoformat())
+    assert job_run_date(job, "2026-11-21") == "2026-11-21"
+    with pytest.raises(JobFileError, match="--run-date '2026-02-30'"):
+        job_run_date(job, "2026-02-30")
+    done = runner.invoke(app, ["plan", str(job), "--run-date", "2026-02-30"])
+    assert done.exit_code == 2 and "--run-date '2026-02-30'" in done.output

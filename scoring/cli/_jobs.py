@@ -58,7 +58,8 @@ def load_job_options(
     from pydantic import ValidationError
 
     from ..errors import JobFileError
-    from ..jobs import EXIT_USAGE, JobSpec, job_run_date, load_job
+    from ..jobs import EXIT_USAGE, JobSpec, load_job
+    from ..jobs._spec import job_run_date
 
     try:
         if run_date is not None and "RUN_DATE" not in os.environ:

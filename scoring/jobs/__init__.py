@@ -24,7 +24,7 @@ from ._runner import (
     JobOutcome,
     run_job,
 )
-from ._spec import JobSpec, job_run_date, load_job
+from ._spec import JobSpec, load_job
 
 __all__ = [
     "EXIT_CHECKS",
@@ -40,7 +40,6 @@ __all__ = [
     "JobSpec",
     "Plan",
     "describe_trend",
-    "job_run_date",
     "load_job",
     "make_plan",
     "run_job",
