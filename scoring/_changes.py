@@ -349,7 +349,7 @@ def _read_changes(
         else:
             rows = pa.table(table.load_cdf(starting_version=since + 1, ending_version=until,
                                            columns=wanted))  # fmt: skip
-    except (DeltaError, OSError) as exc:
+    except (DeltaError, OSError, pa.ArrowException) as exc:  # a change file unreadable
         raise InputError(
             f"cannot read the changes of Delta table {data.url!r} between versions {since} "
             f"and {until}: {cause_line(exc)}; {FULL_RUN}"

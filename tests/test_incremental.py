@@ -519,3 +519,16 @@ def test_a_folder_into_a_delta_table_appends_its_new_files(
         _score(folder, target, v1)
     with pytest.raises(InputError, match="a Delta table's, or Spark's"):
         _score(folder, target, v1, on_changed="rescore")
+
+
+def test_an_earlier_version_s_fingerprint_is_still_this_file_s(tmp_path: Path) -> None:
+    """Fingerprints now hold the footer and the change time; one an earlier version
+    recorded (path, size and mtime) still names the unchanged file, so an upgrade
+    rescores nothing, while a fingerprint of either form of another file does not."""
+    from scoring._dataset import open_input
+
+    _write(tmp_path / "in", "day1.parquet", _rows(0, 10))
+    (fragment,) = open_input(str(tmp_path / "in")).fragments
+    assert fragment.fingerprint.startswith("c-") and fragment.legacy
+    assert fragment.same_as(fragment.fingerprint) and fragment.same_as(fragment.legacy)
+    assert not fragment.same_as("c-" + fragment.legacy) and not fragment.same_as("0" * 16)

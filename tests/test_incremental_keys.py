@@ -208,3 +208,23 @@ def test_a_run_refused_before_it_staged_anything_leaves_no_staging(
         _score(source, out, path, ["id"])
     assert not [r for r in caplog.records if "interrupted" in r.getMessage()]
     _same_as_a_full_rescore(out, source, clf)
+
+
+def test_a_change_file_that_cannot_be_read_is_one_line_naming_the_table(
+    tmp_path: Path, model: tuple[str, Any]
+) -> None:
+    """The log's own reader (escaped partitions) meets a damaged change file: one line
+    naming the table and the versions, and the fix, not pyarrow's exception."""
+    path, _ = model
+    source, out = tmp_path / "in", tmp_path / "out"
+    deltalake.write_deltalake(str(source), _rows(range(12)), configuration=FEED,
+                              partition_by=["city"])  # fmt: skip
+    _score(source, out, path, ["id"])
+    _update(deltalake.DeltaTable(str(source)))
+    damaged = sorted((source / "_change_data").rglob("*.parquet"))
+    assert damaged, "the update wrote change files"
+    damaged[0].write_bytes(b"not parquet at all")
+    said = r"cannot read the changes of Delta table .* versions 0 and 1: .*score everything again"
+    with pytest.raises(InputError, match=said) as caught:
+        _score(source, out, path, ["id"])
+    assert "\n" not in str(caught.value)
