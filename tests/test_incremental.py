@@ -434,6 +434,22 @@ def _distributed(tmp_path: Path, models: tuple[Path, Path, Any, Any], engine: st
     report = _score(source, target, v1, engine=engine, engine_options=options)
     assert report.changes["deleted"] == 25 and report.rows == 10  # type: ignore[index]
     _same(table_out, clf, deltalake.DeltaTable(str(source)).to_pandas())
+    # Partitioned by values a path escapes (their change feed read from the log), then
+    # every row deleted: the workers follow it as the local engine does.
+    cities, city_out = tmp_path / "cities", tmp_path / "city_scores"
+    places = np.array(["New York", "a/b", "50%"])
+    _delta(cities, _rows(0, 60).assign(region=lambda f: places[f.id % 3]), configuration=FEED,
+           partition_by=["region"])  # fmt: skip
+    city_target = scoring.Output(f"delta:{city_out}", key=["id"])
+    _score(cities, city_target, v1, engine=engine, engine_options=options)
+    deltalake.DeltaTable(str(cities)).update(predicate="id % 2 = 0", updates={"a": "a + 1.0"})
+    _score(cities, city_target, v1, engine=engine, engine_options=options)
+    latest = deltalake.DeltaTable(str(cities)).to_pandas()
+    _same(city_out, clf, latest)
+    assert sorted(_output(city_out).region.unique()) == sorted(places)
+    deltalake.DeltaTable(str(cities)).delete()
+    report = _score(cities, city_target, v1, engine=engine, engine_options=options)
+    assert report.changes["deleted"] == 60 and _output(city_out).empty  # type: ignore[index]
 
 
 def test_two_incremental_runs_started_together_one_runs_the_other_is_refused(

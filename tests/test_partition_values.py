@@ -164,3 +164,21 @@ def test_a_kill_at_each_step_then_the_rerun_replaces_escaped_partitions_once(
     touched = {c for _, c in _expected(fmt, second)}
     expected = {r for r in _expected(fmt, first) if r[1] not in touched} | _expected(fmt, second)
     assert _read(fmt, url, catalog) == expected
+
+
+@settings(max_examples=6, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(values=st.lists(VALUES, min_size=1, max_size=4, unique=True))
+def test_a_folder_output_keeps_the_input_s_partitions_as_pyarrow_reads_them(
+    tmp_path_factory: pytest.TempPathFactory, model: str, values: list[str]
+) -> None:
+    """A Parquet folder output mirrors the input's ``key=value`` folders: read back with
+    Hive partitioning, every row has its own partition value (escaped ones included)."""
+    root = tmp_path_factory.mktemp("folder")
+    table = _features(root / "features", [*dict.fromkeys([*values, *ESCAPED[:6], None])],
+                      first_id=0)  # fmt: skip
+    scoring.score_parquet(root / "features", root / "scores", model, keep=["id"],
+                          progress=False)  # fmt: skip
+    back = pads.dataset(root / "scores", format="parquet", partitioning="hive").to_table()
+    got = set(zip(back.column("id").to_pylist(), back.column("city").to_pylist(), strict=True))
+    assert got == _expected("folder", table) and back.num_rows == table.num_rows
