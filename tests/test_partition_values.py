@@ -59,6 +59,18 @@ def _features(folder: Path, values: list[str | None], *, first_id: int) -> pa.Ta
     return table
 
 
+def _scored(
+    root: Path, url: str, model: str, values: list[str | None], *, mode: str | None,
+    first_id: int,
+) -> pa.Table:  # fmt: skip
+    """``values``' rows scored from ``root/features`` into the table ``url`` in ``mode``,
+    partitioned by city; the rows written."""
+    table = _features(root / "features", values, first_id=first_id)
+    out = scoring.Output(url, mode=mode, partition_by=["city"])
+    scoring.score_parquet(root / "features", out, model, keep=["id", "city"], progress=False)
+    return table
+
+
 def _read(fmt: str, url: str, catalog: Any) -> set[tuple[int, str | None]]:
     if fmt == "delta":
         frame = deltalake.DeltaTable(url.split(":", 1)[1]).to_pyarrow_table(columns=["id", "city"])
@@ -100,11 +112,7 @@ def test_what_the_table_s_reader_gets_back_is_what_each_mode_means(
     two = [*dict.fromkeys([*second, one[0], *ESCAPED[5:], None])]
 
     def run(values: list[str | None], mode: str | None, first_id: int) -> pa.Table:
-        table = _features(root / "features", values, first_id=first_id)
-        out = scoring.Output(url, mode=mode, partition_by=["city"])
-        scoring.score_parquet(root / "features", out, model, keep=["id", "city"],
-                              progress=False)  # fmt: skip
-        return table
+        return _scored(root, url, model, values, mode=mode, first_id=first_id)
 
     a = run(one, None, 0)
     assert _read(fmt, url, catalog) == _expected(fmt, a)
@@ -138,11 +146,7 @@ def test_a_kill_at_each_step_then_the_rerun_replaces_escaped_partitions_once(
     url = f"delta:{tmp_path / 'scores'}" if fmt == "delta" else "iceberg:kills.sales.scores"
 
     def run(values: list[str | None], mode: str | None, first_id: int) -> pa.Table:
-        table = _features(tmp_path / "features", values, first_id=first_id)
-        out = scoring.Output(url, mode=mode, partition_by=["city"])
-        scoring.score_parquet(tmp_path / "features", out, model, keep=["id", "city"],
-                              progress=False)  # fmt: skip
-        return table
+        return _scored(tmp_path, url, model, values, mode=mode, first_id=first_id)
 
     first = run([*ESCAPED, None], None, 0)
     step = Publication.step
