@@ -43,7 +43,8 @@ __all__ = ["SUPPORTED", "RowFilter"]
 SUPPORTED = ("comparisons, IN, BETWEEN, LIKE, IS NULL, AND/OR/NOT, CASE, IF, COALESCE, "
              "arithmetic, CAST, DATE/TIMESTAMP literals, lower/upper/length/trim/substring/"
              "abs/round/greatest/least/year/month/day")  # fmt: skip
-#: Evaluation failures Spark's ANSI mode fails on too (an overflow, a division by zero).
+#: What Arrow raises for an expression it cannot bind or run on a batch's types (the
+#: expression itself never fails: Spark's ANSI failures are its ``failures``).
 _FAILURES = (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError)
 
 
