@@ -348,10 +348,13 @@ def _open_delta(url: str, *, version: int | str | None, empty: bool = False) -> 
         raise
     except (DeltaError, ValueError) as exc:  # ValueError: a time that is no ISO 8601 time
         raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
-    _refuse_rewriting_features(table, url)
-    schema = pa.schema(table.schema().to_arrow())
-    adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    partitioned = list(table.metadata().partition_columns)
+    try:  # the version's state: its log read on
+        _refuse_rewriting_features(table, url)
+        schema = pa.schema(table.schema().to_arrow())
+        adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        partitioned = list(table.metadata().partition_columns)
+    except DeltaError as exc:
+        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
     filesystem = arrow_filesystem(fs)
     fmt = pads.ParquetFileFormat()
     pieces = [

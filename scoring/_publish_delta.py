@@ -190,7 +190,15 @@ class DeltaPublisher:
 
     @staticmethod
     def _last_run(table: Any) -> dict[str, Any] | None:
-        return next((c for c in table.history() if "scoring.job_key" in c), None)
+        deltalake = _deltalake()
+        try:
+            history = table.history()
+        except deltalake.exceptions.DeltaError as exc:
+            raise OutputError(
+                f"cannot read the history of Delta table {table.table_uri!r}: "
+                f"{cause_line(exc)}; check that its _delta_log is readable and whole"
+            ) from exc
+        return next((c for c in history if "scoring.job_key" in c), None)
 
     def present(self) -> None:
         """A table's files are its log's to say: nothing to list."""
@@ -382,8 +390,16 @@ class DeltaPublisher:
             ) from exc
 
     def _footer(self, record: FileRecord) -> pq.FileMetaData:
-        with self.journal.fs.open(f"{self.journal.root}/{record.output}", "rb") as f:
-            return pq.read_metadata(f)
+        path = f"{self.journal.root}/{record.output}"
+        try:
+            with self.journal.fs.open(path, "rb") as f:
+                return pq.read_metadata(f)
+        except (OSError, pa.ArrowException) as exc:
+            raise OutputError(
+                f"cannot read the footer of this run's file {path!r} to commit it to Delta "
+                f"table {self.url!r}: {cause_line(exc)}; nothing was committed: check the "
+                "output's storage, then rerun"
+            ) from exc
 
     def _replaced(self, table: Any, adds: list[Any]) -> list[Any]:
         """``overwrite_partitions``: the table's files in the partitions this run writes,

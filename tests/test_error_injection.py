@@ -5,7 +5,7 @@ reading or writing and the fix, never the library's exception as such ("unexpect
 The boundaries the product translates are listed in :data:`scoring.errors.TRANSLATIONS`
 (``test_errors.py`` triggers each); this injects at the calls themselves: the change
 feed (delta-rs and the log's own reader), the Delta commit and merge, the Iceberg
-commit, a model file's sample, a file's metadata."""
+commit, a staged file's footer, a table's history and state."""
 
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def _os_error(*_: Any, **__: Any) -> None:
     raise PermissionError(13, "Permission denied", "/lake/_delta_log/00000000000000000001.json")
 
 
+def _arrow_error(*_: Any, **__: Any) -> None:
+    import pyarrow as pa
+
+    raise pa.ArrowInvalid("Parquet magic bytes not found in footer")
+
+
 def _incremental(tmp_path: Path, model: str, city: str) -> list[str]:
     """An incremental run's command after an update of its Delta input."""
     source = tmp_path / "in"
@@ -82,6 +88,12 @@ SITES: dict[str, tuple[str, Callable[..., None], Callable[..., list[str]], str, 
                        "plain", "cannot merge into Delta table"),
     "delta-rs commit": ("deltalake.DeltaTable.create_write_transaction", _delta_error,
                         _append, "plain", "cannot commit to Delta table"),
+    "a staged file's footer": ("scoring._publish_delta.pq.read_metadata", _arrow_error,
+                               _append, "plain", "cannot read the footer of this run's file"),
+    "delta-rs history": ("deltalake.DeltaTable.history", _delta_error, _append, "plain",
+                         "cannot read the history of Delta table"),
+    "delta-rs input state": ("deltalake.DeltaTable.get_add_actions", _delta_error,
+                             _incremental, "plain", "cannot read Delta table"),
 }  # fmt: skip
 
 
@@ -91,7 +103,7 @@ def test_a_library_s_exception_at_each_call_site_is_one_line(
 ) -> None:
     target, raised, command_for, city, says = SITES[site]
     command = command_for(tmp_path, model, city)
-    if site == "delta-rs commit":  # a table there already: the commit, not the create
+    if command_for is _append:  # a table there already: the commit, not the create
         assert runner.invoke(app, command).exit_code == 0
         command = [*command, "--mode", "append"]
     monkeypatch.setattr(target, raised)
