@@ -37,7 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ._dataset import InputDataset, delta_storage_options, open_input
-from ._delta_cdf import changes, needs_own_reader
+from ._delta_cdf import changes, escaped_log
 from ._files import exists
 from ._iceberg import appended
 from ._journal import Entry, Journal, job_key
@@ -342,10 +342,11 @@ def _read_changes(
     table = DeltaTable(data.url, version=until, storage_options=delta_storage_options(data.url))
     wanted = list(dict.fromkeys([*key, *columns, "_change_type", "_commit_version"]))
     try:
-        if needs_own_reader(data.url, since=since + 1, until=until):  # delta-rs's bug
+        log = escaped_log(data.url, since=since + 1, until=until)
+        if log is not None:  # delta-rs cannot read these (its bug): the log's own reader
             rows = changes(data.url, schema=pa.schema(table.schema().to_arrow()),
                            partitions=table.metadata().partition_columns, since=since + 1,
-                           until=until, columns=wanted)  # fmt: skip
+                           until=until, columns=wanted, log=log)  # fmt: skip
         else:
             rows = pa.table(table.load_cdf(starting_version=since + 1, ending_version=until,
                                            columns=wanted))  # fmt: skip

@@ -26,36 +26,40 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["changes", "needs_own_reader"]
+__all__ = ["changes", "escaped_log"]
 
 _CHANGE = "_change_type"
 _VERSION = "_commit_version"
 
 
-def needs_own_reader(url: str, *, since: int, until: int) -> bool:
-    """Whether versions ``since .. until`` hold a change file whose path is escaped (the
-    files delta-rs cannot find)."""
-    fs, root = fsspec.core.url_to_fs(url)
-    return any("%" in a["path"] for v in range(since, until + 1)
-               for kind in ("cdc", "add", "remove")
-               for a in _actions(fs, root.rstrip("/"), v).get(kind, []))  # fmt: skip
+#: Each commit's actions by kind, by version.
+Log = dict[int, dict[str, list[dict[str, Any]]]]
+
+
+def escaped_log(url: str, *, since: int, until: int) -> Log | None:
+    """The commits of versions ``since .. until``, where one names a file whose path is
+    escaped (the files delta-rs cannot find); None where none does."""
+    log = _log(url, since=since, until=until)
+    escaped = any("%" in a["path"] for actions in log.values()
+                  for kind in ("cdc", "add", "remove") for a in actions.get(kind, []))  # fmt: skip
+    return log if escaped else None
 
 
 def changes(
     url: str, *, schema: pa.Schema, partitions: Sequence[str], since: int, until: int,
-    columns: Sequence[str],
+    columns: Sequence[str], log: Log | None = None,
 ) -> pa.Table:  # fmt: skip
     """The rows changed in versions ``since .. until`` of the table at ``url`` (whose
     ``schema`` and ``partitions`` are the pinned version's): ``columns`` of the table,
-    ``_change_type`` and ``_commit_version``."""
+    ``_change_type`` and ``_commit_version``; ``log``: those commits, already read."""
     fs, root = fsspec.core.url_to_fs(url)
     root = root.rstrip("/")
+    log = _log(url, since=since, until=until) if log is None else log
     wanted = [c for c in columns if c not in (_CHANGE, _VERSION)]
     marks = [pa.field(_CHANGE, pa.string()), pa.field(_VERSION, pa.int64())]
     target = pa.schema([schema.field(c) for c in wanted] + marks)
     parts = []
-    for version in range(since, until + 1):
-        actions = _actions(fs, root, version)
+    for version, actions in log.items():
         files = ([(a, None) for a in actions.get("cdc", [])] if actions.get("cdc") else
                  [(a, "insert") for a in actions.get("add", []) if a.get("dataChange", True)]
                  + [(a, "delete") for a in actions.get("remove", [])
@@ -67,6 +71,11 @@ def changes(
             parts.append(rows.append_column(_VERSION, version_column).select(target.names)
                          .cast(target))  # fmt: skip
     return pa.concat_tables(parts) if parts else target.empty_table()
+
+
+def _log(url: str, *, since: int, until: int) -> Log:
+    fs, root = fsspec.core.url_to_fs(url)
+    return {v: _actions(fs, root.rstrip("/"), v) for v in range(since, until + 1)}
 
 
 def _actions(fs: Any, root: str, version: int) -> dict[str, list[dict[str, Any]]]:

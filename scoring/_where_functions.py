@@ -15,7 +15,10 @@ from sqlglot import exp
 
 from . import _where_udfs as udfs
 from ._where_types import (
+    MAX_PRECISION,
+    NUMBERS,
     Typed,
+    as_decimal,
     as_type,
     cast_to,
     kind,
@@ -28,8 +31,6 @@ from ._where_types import (
 
 __all__ = ["Functions", "constant", "shown"]
 
-_NUMBERS = ("int", "float", "decimal")
-_MAX_PRECISION = 38
 _CASTS = {"DOUBLE": pa.float64(), "FLOAT": pa.float32(), "INT": pa.int32(),
           "BIGINT": pa.int64(), "SMALLINT": pa.int16(), "TINYINT": pa.int8(),
           "BOOLEAN": pa.bool_(), "TEXT": pa.string(), "VARCHAR": pa.string(),
@@ -76,7 +77,7 @@ class Functions:
     def _neg(self, node: exp.Neg) -> Typed:
         if isinstance(node.this, exp.Literal) and not node.this.is_string:
             return self._signed(node)  # -5: one literal in Spark's grammar, typed signed
-        value = self._of(node.this, _NUMBERS, "-")
+        value = self._of(node.this, NUMBERS, "-")
         if value.constant and value.value is not None:
             negated = -value.value
             if kind(value.type) == "int" and negated >= 2 ** (value.type.bit_width - 1):
@@ -98,8 +99,8 @@ class Functions:
             raise self.refuse(f"{node.sql()}: {exc}") from None
 
     def _arithmetic(self, node: exp.Expression, op: str) -> Typed:
-        a = self._of(node.this, _NUMBERS, op)
-        b = self._of(node.expression, _NUMBERS, op)
+        a = self._of(node.this, NUMBERS, op)
+        b = self._of(node.expression, NUMBERS, op)
         t = self.common([a, b], node)
         if kind(t) == "null":
             return null(pa.float64() if op == "/" else pa.int32())
@@ -117,9 +118,9 @@ class Functions:
         result = _decimal_result(op, a.type, b.type) if kind(t) == "decimal" else t
         if result is None:
             raise self.refuse(f"{node.sql(dialect='spark')[:40]}: the result needs more than "
-                              f"{_MAX_PRECISION} digits, which Spark rounds")  # fmt: skip
+                              f"{MAX_PRECISION} digits, which Spark rounds")  # fmt: skip
         if kind(t) == "decimal":  # each in its own DECIMAL, as Spark sizes the result
-            a, b = cast_to(a, _as_decimal(a.type)), cast_to(b, _as_decimal(b.type))
+            a, b = cast_to(a, as_decimal(a.type)), cast_to(b, as_decimal(b.type))
         else:
             a, b = self.coerce(a, t), self.coerce(b, t)
         if kind(t) == "int":
@@ -222,7 +223,7 @@ class Functions:
         return Typed(pc.coalesce(*[v.expr for v in known]), t)
 
     def _extreme(self, node: exp.Expression, *, greatest: bool) -> Typed:
-        allowed = (*_NUMBERS, "date", "timestamp")
+        allowed = (*NUMBERS, "date", "timestamp")
         what = "greatest" if greatest else "least"
         values = [self._of(e, allowed, what) for e in [node.this, *node.expressions]]
         values, t = self._branches(values, node)
@@ -297,13 +298,13 @@ class Functions:
     # -- numbers and dates ----------------------------------------------------------
 
     def _abs(self, node: exp.Abs) -> Typed:
-        value = self._of(node.this, _NUMBERS, "abs")
+        value = self._of(node.this, NUMBERS, "abs")
         if kind(value.type) == "int":
             self._overflows(value.expr, value.type, "abs")
         return Typed(pc.abs(value.expr), value.type)
 
     def _round(self, node: exp.Round) -> Typed:
-        value = self._of(node.this, _NUMBERS, "round")
+        value = self._of(node.this, NUMBERS, "round")
         digits = node.args.get("decimals")
         places = 0 if digits is None else self.value(digits).value
         if not isinstance(places, int):
@@ -416,9 +417,9 @@ class Functions:
     def _converted(self, value: Typed, target: pa.DataType, node: exp.Expression) -> Typed:
         source, to = kind(value.type), kind(target)
         expr = value.expr
-        if source in _NUMBERS and to == "float":
+        if source in NUMBERS and to == "float":
             return Typed(as_type(expr, value.type, target), target)
-        if source in _NUMBERS and to == "int":
+        if source in NUMBERS and to == "int":
             return Typed(self._to_integer(expr, value.type, target), target)
         if source in ("int", "decimal") and to == "decimal":
             if source == "decimal" and value.type.scale > target.scale:
@@ -438,10 +439,10 @@ class Functions:
             return Typed(udfs.call("decimal", [expr], decimal=target), target)
         if source in ("int", "bool", "date", "string") and to == "string":
             return Typed(expr.cast(pa.string()), pa.string())
-        if source == "bool" and to in _NUMBERS:  # true is 1, false 0
+        if source == "bool" and to in NUMBERS:  # true is 1, false 0
             one, zero = pa.scalar(1).cast(target), pa.scalar(0).cast(target)
             return Typed(pc.if_else(expr, pc.scalar(one), pc.scalar(zero)), target)
-        if source in _NUMBERS and to == "bool":
+        if source in NUMBERS and to == "bool":
             return Typed(pc.not_equal(expr, pc.scalar(0).cast(value.type)), pa.bool_())
         if source in ("date", "timestamp") and to in ("date", "timestamp"):
             return Typed(expr.cast(target), target)
@@ -451,20 +452,13 @@ class Functions:
 
 def _decimal_result(op: str, a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     """Spark's type of a DECIMAL sum, difference or product (None past 38 digits)."""
-    da, db = _as_decimal(a), _as_decimal(b)
+    da, db = as_decimal(a), as_decimal(b)
     if op == "*":
         precision, scale = da.precision + db.precision + 1, da.scale + db.scale
     else:
         scale = max(da.scale, db.scale)
         precision = max(da.precision - da.scale, db.precision - db.scale) + scale + 1
-    return pa.decimal128(precision, scale) if precision <= _MAX_PRECISION else None
-
-
-def _as_decimal(t: pa.DataType) -> pa.DataType:
-    """An integer type as the DECIMAL Spark widens it to."""
-    if pa.types.is_integer(t):
-        return pa.decimal128({8: 3, 16: 5, 32: 10, 64: 20}[t.bit_width], 0)
-    return t
+    return pa.decimal128(precision, scale) if precision <= MAX_PRECISION else None
 
 
 def _to_decimal(value: decimal.Decimal, target: pa.DataType) -> decimal.Decimal:

@@ -18,13 +18,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Typed", "as_type", "cast_to", "kind", "literal_number", "null", "parse_date",
-           "parse_timestamp", "plain", "sql_name", "wider"]  # fmt: skip
+__all__ = ["MAX_PRECISION", "NUMBERS", "Typed", "as_decimal", "as_type", "cast_to", "kind",
+           "literal_number", "null", "parse_date", "parse_timestamp", "plain", "sql_name",
+           "wider"]  # fmt: skip
 
 _NONE = object()
+#: The numeric families of :func:`kind`.
+NUMBERS = ("int", "float", "decimal")
 #: An integer type's digits, as Spark widens it to a DECIMAL.
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 20}
-_MAX_PRECISION = 38
+#: A DECIMAL's most digits (Spark's and Arrow's decimal128).
+MAX_PRECISION = 38
 
 
 @dataclass(frozen=True)
@@ -102,8 +106,8 @@ def _decimal_literal(value: decimal.Decimal, text: str) -> Typed:
     _, digits, exponent = value.as_tuple()
     scale = max(-int(exponent), 0)
     precision = max(len(digits), scale, 1)
-    if precision > _MAX_PRECISION:
-        raise ValueError(f"{text} has more than {_MAX_PRECISION} digits")
+    if precision > MAX_PRECISION:
+        raise ValueError(f"{text} has more than {MAX_PRECISION} digits")
     t = pa.decimal128(precision, scale)
     return Typed(pc.scalar(pa.scalar(value, t)), t, value)
 
@@ -118,8 +122,7 @@ def wider(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         return b
     if kb == "null":
         return a
-    numbers = ("int", "float", "decimal")
-    if ka in numbers and kb in numbers:
+    if ka in NUMBERS and kb in NUMBERS:
         return _wider_number(a, b)
     if {ka, kb} == {"date", "timestamp"} or ka == kb == "timestamp":
         return pa.timestamp("us")
@@ -134,13 +137,14 @@ def _wider_number(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         return pa.float32()  # a FLOAT beside an integer: Spark's FLOAT
     if ka == kb == "int":
         return a if a.bit_width >= b.bit_width else b
-    da, db = _as_decimal(a), _as_decimal(b)
+    da, db = as_decimal(a), as_decimal(b)
     scale = max(da.scale, db.scale)
     digits = max(da.precision - da.scale, db.precision - db.scale)
-    return pa.decimal128(digits + scale, scale) if digits + scale <= _MAX_PRECISION else None
+    return pa.decimal128(digits + scale, scale) if digits + scale <= MAX_PRECISION else None
 
 
-def _as_decimal(t: pa.DataType) -> pa.DataType:
+def as_decimal(t: pa.DataType) -> pa.DataType:
+    """An integer type as the DECIMAL Spark widens it to (any other type as it is)."""
     return pa.decimal128(_INT_DIGITS[t.bit_width], 0) if pa.types.is_integer(t) else t
 
 
