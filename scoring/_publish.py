@@ -61,8 +61,8 @@ def landed_meanwhile(
     and an incremental run only its own; any other mode means the same against any
     table.  The run's own ``folder`` of placed files and its staging are removed first:
     a foreign table keeps exactly what it held."""
-    if (mode == "error" and now is None) or (mode != "error" and (mode != "incremental"
-                                                                  or now == seen)):  # fmt: skip
+    allowed = now is None if mode == "error" else mode != "incremental" or now == seen
+    if allowed:
         return
     if exists(journal.fs, f"{journal.root}/{folder}"):
         journal.fs.rm(f"{journal.root}/{folder}", recursive=True)

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -96,7 +96,8 @@ class DeltaPublisher:
         self.mode = mode
         #: The mode asked (an incremental run's becomes its publication's), and the
         #: table's state the run planned against (:func:`scoring._publish.landed_meanwhile`).
-        self.asked, self.seen = mode, cast("str | None", None)
+        self.asked = mode
+        self.seen: str | None = None
         #: The table's partition columns and their types: the files leave them to their
         #: ``key=value`` folders (:mod:`scoring._delta_files`).
         self.partition_types = dict(partition_by or {})

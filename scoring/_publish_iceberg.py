@@ -29,7 +29,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -99,7 +99,8 @@ class IcebergPublisher:
         self.mode = mode
         #: The mode asked, and the table's state the run planned against
         #: (:func:`scoring._publish.landed_meanwhile`).
-        self.asked, self.seen = mode, cast("str | None", None)
+        self.asked = mode
+        self.seen: str | None = None
         #: The table's identity partition columns; the files keep them (Iceberg's own
         #: files hold partition source columns), so none is left to folders.
         self.partitions = list(partitions)
