@@ -42,7 +42,7 @@ from ._files import exists
 from ._iceberg import appended
 from ._journal import Entry, Journal, job_key
 from ._manifest import Manifest
-from .errors import ConfigError, InputError, cause_line
+from .errors import READ_FIX, WRITE_FIX, ConfigError, InputError, cause_line, translated
 
 __all__ = ["INCREMENTAL", "ON_CHANGED", "Changes", "Incremental", "change_set",
            "check_incremental", "refuse_bad_keys"]  # fmt: skip
@@ -336,6 +336,14 @@ def _read_changes(
     data: InputDataset, *, since: int, until: int, key: Sequence[str], columns: Sequence[str]
 ) -> pa.Table:
     """The change feed's rows of versions ``since + 1 .. until``: each key's last change."""
+    said = f"cannot read the changes of Delta table {data.url!r} from version {since}"
+    with translated("table read", f"{said} to {until}", fix=READ_FIX):
+        return _changed_rows(data, since=since, until=until, key=key, columns=columns)
+
+
+def _changed_rows(
+    data: InputDataset, *, since: int, until: int, key: Sequence[str], columns: Sequence[str]
+) -> pa.Table:
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
@@ -392,13 +400,25 @@ def _stage(
 ) -> dict[str, Any]:  # fmt: skip
     """Write the rows to score (and the keys whose rows go) under ``folder``, its
     record last: a rerun trusts a folder with its record only."""
-    fs = journal.fs
-    if exists(fs, folder):
-        fs.rm(folder, recursive=True)
     upserts, deleted, counts = _last_change(rows, key=key, url=url)
     _refuse_unfollowed(counts, key=key, url=url, output_format=output_format)
     meta = ["_change_type", "_commit_version"]
     upserts = upserts.drop_columns([c for c in meta if c in upserts.column_names])
+    with translated("table write", f"cannot stage the changed rows in {folder!r}",
+                    fix=WRITE_FIX):  # fmt: skip
+        _write_staged(journal, folder, upserts, deleted, partitions=partitions)
+    record = {"counts": counts, "deletes": deleted.num_rows}
+    journal.write_whole(f"{folder}/_staged.json", json.dumps(record).encode())
+    return record
+
+
+def _write_staged(
+    journal: Journal, folder: str, upserts: pa.Table, deleted: pa.Table, *,
+    partitions: Sequence[str],
+) -> None:  # fmt: skip
+    fs = journal.fs
+    if exists(fs, folder):
+        fs.rm(folder, recursive=True)
     fs.makedirs(f"{folder}/rows", exist_ok=True)
     if upserts.num_rows:
         pads.write_dataset(
@@ -411,9 +431,6 @@ def _stage(
     if deleted.num_rows:
         with fs.open(f"{folder}/_deleted.parquet", "wb") as f:
             pq.write_table(deleted, f)
-    record = {"counts": counts, "deletes": deleted.num_rows}
-    journal.write_whole(f"{folder}/_staged.json", json.dumps(record).encode())
-    return record
 
 
 def _refuse_unfollowed(

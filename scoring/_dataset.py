@@ -34,7 +34,15 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ._iceberg import is_iceberg, kept_rows, pinned_scan, refuse_renamed
 from ._where import RowFilter
-from .errors import ConfigError, DependencyError, InputError, InputFileError, cause_line, translated
+from .errors import (
+    READ_FIX,
+    ConfigError,
+    DependencyError,
+    InputError,
+    InputFileError,
+    cause_line,
+    translated,
+)
 
 __all__ = [
     "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
@@ -255,9 +263,7 @@ def filtered(data: InputDataset, text: str, *, incremental: bool = False) -> Inp
     return replace(data, where=where)
 
 
-def open_input(
-    url: str, *, version: int | str | None = None, empty: bool = False
-) -> InputDataset:
+def open_input(url: str, *, version: int | str | None = None, empty: bool = False) -> InputDataset:
     """Discover the input's files and read their footers; raise naming what is wrong.
     ``version``: a Delta table's version to read, or an ISO 8601 time (the version
     current then); default its latest.  ``empty``: a table's snapshot may hold no rows
@@ -325,6 +331,11 @@ def _dataset(
 
 def _open_delta(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
     """A Delta table's snapshot as an input (see the module docstring)."""
+    with translated("table read", f"cannot read Delta table {url!r}", fix=READ_FIX):
+        return _delta_snapshot(url, version=version, empty=empty)
+
+
+def _delta_snapshot(url: str, *, version: int | str | None, empty: bool) -> InputDataset:
     try:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError

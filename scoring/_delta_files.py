@@ -75,5 +75,6 @@ def partition_values(relpath: str, columns: list[str]) -> dict[str, str | None]:
         key, sep, value = part.partition("=")
         if sep:
             found[unquote(key)] = unquote(value)
-    return {c: (None if found[c] in ("", "__HIVE_DEFAULT_PARTITION__") else found[c])
-            for c in columns}
+    return {
+        c: (None if found[c] in ("", "__HIVE_DEFAULT_PARTITION__") else found[c]) for c in columns
+    }

@@ -37,7 +37,6 @@ else:  # pragma: no cover
 __all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
 
 
-
 @dataclass(frozen=True)
 class Rendered:
     folder: Path

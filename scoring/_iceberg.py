@@ -33,7 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import ConfigError, DependencyError, InputError, InputFileError, cause_line
+from .errors import (
+    READ_FIX,
+    ConfigError,
+    DependencyError,
+    InputError,
+    InputFileError,
+    ScoringError,
+    cause_line,
+    translated,
+)
 
 __all__ = [
     "ICEBERG", "PinnedScan", "TableRef", "appended", "catalog_of", "data_files", "is_iceberg",
@@ -105,9 +114,12 @@ def catalog_of(ref: TableRef) -> Any:
             f"Iceberg catalog {name!r} is not configured: add it to .pyiceberg.yaml or set "
             f"PYICEBERG_CATALOG__{name.upper()}__URI (and __WAREHOUSE) in the environment"
         )
-    try:
-        return module.catalog.load_catalog(name, **{k: str(v) for k, v in conf.items()})
-    except Exception as exc:  # pyiceberg raises ValueError, ImportError, driver errors
+    try:  # a catalog that does not answer (its service, its database): a rerun may work
+        with translated("table read", f"cannot open Iceberg catalog {name!r}", fix=READ_FIX):
+            return module.catalog.load_catalog(name, **{k: str(v) for k, v in conf.items()})
+    except ScoringError:
+        raise
+    except Exception as exc:  # its configuration: ValueError, ImportError (a driver), ...
         raise ConfigError(f"cannot open Iceberg catalog {name!r}: {cause_line(exc)}") from exc
 
 
@@ -156,7 +168,10 @@ def storage_url(url: Any) -> str:
     """Where an input's or output's files are: an Iceberg table's location; any other
     location as given (a ``delta:`` prefix is the caller's to strip)."""
     text = str(url)
-    return table_location(parse(text)) if is_iceberg(text) else text
+    if not is_iceberg(text):
+        return text
+    with translated("table read", f"cannot read Iceberg table {text!r}", fix=READ_FIX):
+        return table_location(parse(text))
 
 
 def appended(url: str, *, since: int, until: int, fix: str) -> list[str]:
@@ -164,6 +179,12 @@ def appended(url: str, *, since: int, until: int, fix: str) -> list[str]:
     appended.  Each of those snapshots must be an append, and ``since`` an ancestor of
     ``until``; anything else (a delete, an overwrite, a rollback) is refused naming the
     snapshot and ``fix``."""
+    with translated("table read", f"cannot read the snapshots of Iceberg table {url!r}",
+                    fix=READ_FIX):  # fmt: skip
+        return _appended(url, since=since, until=until, fix=fix)
+
+
+def _appended(url: str, *, since: int, until: int, fix: str) -> list[str]:
     from pyiceberg.table.snapshots import Operation, ancestors_of
 
     ref = parse(url)
@@ -224,6 +245,11 @@ class PinnedScan:
 def pinned_scan(url: str, *, version: int | str | None = None) -> PinnedScan:
     """The table's snapshot ``version`` (see :func:`_pinned`), its data files listed and
     their position deletes read; what cannot be read right is refused by name."""
+    with translated("table read", f"cannot read Iceberg table {url!r}", fix=READ_FIX):
+        return _pinned_scan(url, version=version)
+
+
+def _pinned_scan(url: str, *, version: int | str | None) -> PinnedScan:
     ref = parse(url)
     table = load_table(ref)
     if table is None:
@@ -317,6 +343,11 @@ def _refuse_unread(task: Any, ref: TableRef) -> None:
 def refuse_renamed(scan: PinnedScan, pieces: Iterable[Any]) -> None:
     """A file whose columns carry Iceberg field ids under other names than the table's
     (renamed since it was written): pyarrow reads by name, so it would read it wrong."""
+    with translated("table read", f"cannot read Iceberg table {scan.ref.text!r}", fix=READ_FIX):
+        _refuse_renamed(scan, pieces)
+
+
+def _refuse_renamed(scan: PinnedScan, pieces: Iterable[Any]) -> None:
     schema = scan.table.schema()
     for piece in pieces:
         for field in piece.physical_schema:

@@ -59,7 +59,7 @@ from ._publish import (
     written,
 )
 from ._staging import LEGACY_RECORDS
-from .errors import DependencyError, OutputError, cause_line
+from .errors import WRITE_FIX, DependencyError, OutputError, cause_line, translating
 
 __all__ = ["MODES", "DeltaPublisher", "open_delta"]
 
@@ -80,6 +80,9 @@ def open_delta(
                           partition_by=partitions, on_step=on_step)  # fmt: skip
 
 
+@translating(
+    "table write", lambda publisher: f"cannot write Delta table {publisher.url!r}", fix=WRITE_FIX
+)
 class DeltaPublisher:
     def __init__(
         self,

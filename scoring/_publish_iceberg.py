@@ -54,7 +54,7 @@ from ._publish import (
     take,
     written,
 )
-from .errors import ConfigError, OutputError, cause_line
+from .errors import WRITE_FIX, ConfigError, OutputError, cause_line, translated, translating
 
 __all__ = ["MODES", "IcebergPublisher", "open_iceberg"]
 
@@ -82,11 +82,15 @@ def open_iceberg(
             "output's partition columns (partition_by)"
         )
     settings = {"format": "iceberg", "mode": mode, "partition_by": list(partitions), **settings}
-    journal = Journal(table_location(ref), job=job, settings=settings)
+    with translated("table write", f"cannot open Iceberg table {output!r}", fix=WRITE_FIX):
+        journal = Journal(table_location(ref), job=job, settings=settings)
     return IcebergPublisher(journal, ref=ref, mode=mode, partitions=list(partitions),
                             on_step=on_step)  # fmt: skip
 
 
+@translating(
+    "table write", lambda publisher: f"cannot write Iceberg table {publisher.url!r}", fix=WRITE_FIX
+)
 class IcebergPublisher:
     def __init__(
         self, journal: Journal, *, ref: TableRef, mode: str = "error",

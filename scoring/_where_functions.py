@@ -282,9 +282,7 @@ class Functions:
 
     def _like(self, node: exp.Like, *, ignore_case: bool = False) -> Typed:
         pattern = node.expression
-        if not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get(
-            "escape"
-        ):
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string) or node.args.get("escape"):
             raise self.refuse(f"{node.sql()[:40]}: LIKE takes a 'pattern'")
         text = self._of(node.this, ("string",), "LIKE")
         _check_escapes(pattern.this, self.refuse)

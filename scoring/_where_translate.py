@@ -179,9 +179,11 @@ class Translator(Functions):
         if target is None:
             temporal = [t for t in types if kind(t) in ("date", "timestamp")]
             only_literals = all(v.constant for v in values if kind(v.type) == "string")
-            if temporal and only_literals and {kind(t) for t in types} <= {
-                "string", "date", "timestamp", "null"
-            }:
+            if (
+                temporal
+                and only_literals
+                and {kind(t) for t in types} <= {"string", "date", "timestamp", "null"}
+            ):
                 return functools.reduce(lambda a, b: wider(a, b) or a, temporal)
             names = " and ".join(dict.fromkeys(sql_name(t) for t in types))
             raise self.refuse(

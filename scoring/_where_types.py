@@ -178,8 +178,10 @@ def _constant_as(value: Any, source: pa.DataType, t: pa.DataType) -> Any:
         return pa.scalar(number, pa.float64()).cast(t).as_py() if t == pa.float32() else number
     if pa.types.is_decimal(t):
         return decimal.Decimal(value)
-    if pa.types.is_timestamp(t) and isinstance(value, datetime.date) and not isinstance(
-        value, datetime.datetime
+    if (
+        pa.types.is_timestamp(t)
+        and isinstance(value, datetime.date)
+        and not isinstance(value, datetime.datetime)
     ):
         return datetime.datetime(value.year, value.month, value.day)
     return pa.scalar(value, source).cast(t).as_py()

@@ -151,7 +151,9 @@ _FUNCTIONS: dict[str, tuple[Callable[..., Any], dict[str, pa.DataType], pa.DataT
     "upper": (_upper, {"s": pa.string()}, pa.string()),
     "lower": (_lower, {"s": pa.string()}, pa.string()),
     "substring": (
-        _substring, {"s": pa.string(), "start": pa.int64(), "length": pa.int64()}, pa.string()
+        _substring,
+        {"s": pa.string(), "start": pa.int64(), "length": pa.int64()},
+        pa.string(),
     ),
     "round": (_round, {"x": pa.float64(), "digits": pa.int32()}, pa.float64()),
     "decimal": (_decimal, {"x": pa.float64()}, pa.decimal128(38, 0)),

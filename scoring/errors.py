@@ -7,9 +7,15 @@ a message that names the culprit (column, file, value, model kind) and the fix.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "ScoringError",
@@ -151,6 +157,10 @@ class EngineError(ScoringError):
 
 # -- third-party errors at each boundary ------------------------------------------------
 
+#: What a table's translated failure says to do (a store or a catalog that did not answer).
+READ_FIX = "check that it and its storage can be read from here, then rerun"
+WRITE_FIX = "check that it and its storage can be written from here, then rerun"
+
 #: Per boundary: the exceptions the libraries there raise, by their defining module and
 #: name (the libraries are imported only where they are used), and the error of ours
 #: each one becomes.  ``translated(boundary, ...)`` applies it; tests raise every entry.
@@ -188,6 +198,22 @@ TRANSLATIONS: dict[str, dict[str, type[ScoringError]]] = {
         "py4j.protocol.Py4JError": EngineError,
         "pyspark.errors.exceptions.base.PySparkException": EngineError,
     },
+    # A Delta or Iceberg table, its catalog and its files, as an input reads them ...
+    "table read": {
+        "deltalake.exceptions.DeltaError": InputFileError,
+        "pyiceberg.exceptions.*": InputFileError,  # each exception class it defines
+        "sqlalchemy.exc.SQLAlchemyError": InputFileError,  # an SQL catalog's database
+        "pyarrow.lib.ArrowException": InputFileError,
+        "builtins.OSError": InputFileError,
+    },
+    # ... and as an output writes them (a folder's Parquet files too).
+    "table write": {
+        "deltalake.exceptions.DeltaError": OutputError,
+        "pyiceberg.exceptions.*": OutputError,
+        "sqlalchemy.exc.SQLAlchemyError": OutputError,
+        "pyarrow.lib.ArrowException": OutputError,
+        "builtins.OSError": OutputError,
+    },
 }
 
 
@@ -197,10 +223,21 @@ def _resolved(boundary: str) -> dict[type[BaseException], type[ScoringError]]:
     found = {}
     for name, ours in TRANSLATIONS[boundary].items():
         module, _, attr = name.rpartition(".")
-        kind = getattr(sys.modules.get(module), attr, None)
-        if isinstance(kind, type) and issubclass(kind, BaseException):
+        for kind in _classes(sys.modules.get(module), attr):
             found[kind] = ours
     return found
+
+
+def _classes(module: object, attr: str) -> list[type[BaseException]]:
+    """The exception class ``attr`` of ``module``, or with ``*`` every one it defines."""
+    if module is None:
+        return []
+    named = vars(module).values() if attr == "*" else [getattr(module, attr, None)]
+    return [
+        kind for kind in named
+        if isinstance(kind, type) and issubclass(kind, BaseException)
+        and (attr != "*" or kind.__module__ == getattr(module, "__name__", None))
+    ]  # fmt: skip
 
 
 def debugging() -> bool:
@@ -283,3 +320,35 @@ class translated:
         if ours is not None:
             message = f"{self.what}: {cause_line(exc, first_line=self.first_line)}"
             raise ours(message + (f"; {self.fix}" if self.fix else "")) from exc
+
+
+def translating(
+    boundary: str, what: Callable[[Any], str], *, fix: str = ""
+) -> Callable[[type[T]], type[T]]:
+    """A class decorator: each public method of the class runs inside
+    ``translated(boundary, what(self), fix=fix)``, so that no call of the class's into a
+    library escapes the translation, however deep it is made."""
+
+    def decorate(cls: type[T]) -> type[T]:
+        for name, method in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(method):
+                setattr(cls, name, _inside(boundary, what, method, fix))
+        return cls
+
+    return decorate
+
+
+def _inside(
+    boundary: str, what: Callable[[Any], str], method: Callable[..., Any], fix: str
+) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def translated_method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if isinstance(exc, ScoringError):
+                raise
+            with translated(boundary, what(self), fix=fix):  # what(self): only on a failure
+                raise
+
+    return translated_method

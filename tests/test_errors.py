@@ -147,6 +147,25 @@ def _no_cxx_compiler(tmp: Path) -> object:
         return cm.predict(np.zeros((2, 6)))
 
 
+def _sqlalchemy_error() -> BaseException:
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("SELECT 1", {}, Exception("database is locked"))
+
+
+#: Raised inside a table's boundary (``test_error_sites.py`` raises them at every call
+#: site of the product's into the libraries, through the command).
+TABLE_ERRORS: dict[str, Callable[[], BaseException]] = {
+    "deltalake.exceptions.DeltaError":
+        lambda: __import__("deltalake.exceptions").exceptions.DeltaError("Generic error"),
+    "pyiceberg.exceptions.*":
+        lambda: __import__("pyiceberg.exceptions").exceptions.CommitFailedException("lost"),
+    "sqlalchemy.exc.SQLAlchemyError": _sqlalchemy_error,
+    "pyarrow.lib.ArrowException": lambda: pa.ArrowInvalid("Parquet magic bytes not found"),
+    "builtins.OSError": lambda: PermissionError(13, "Permission denied", "/lake/t"),
+}  # fmt: skip
+
+
 TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringError]]] = {
     ("model file", "xgboost.core.XGBoostError"):
         (_model_file(".json", b"{not json"), errors.ModelFileError),
@@ -181,6 +200,10 @@ TRIGGERS: dict[tuple[str, str], tuple[Callable[[Path], object], type[ScoringErro
     ("spark", "py4j.protocol.Py4JError"): (_raised_in("spark", _py4j_error), errors.EngineError),
     ("spark", "pyspark.errors.exceptions.base.PySparkException"):
         (_raised_in("spark", _spark_error), errors.EngineError),
+    **{(boundary, name): (_raised_in(boundary, error), ours)
+       for boundary, ours in (("table read", errors.InputFileError),
+                              ("table write", errors.OutputError))
+       for name, error in TABLE_ERRORS.items()},
 }  # fmt: skip
 
 
@@ -199,7 +222,10 @@ def test_boundary_translates(entry: tuple[str, str], tmp_path: Path) -> None:
     cause = caught.value.__cause__
     assert cause is not None, "translated errors keep the library's error as their cause"
     module, _, attr = name.rpartition(".")
-    assert isinstance(cause, getattr(importlib.import_module(module), attr))
+    if attr == "*":  # every exception class the module defines
+        assert type(cause).__module__ == module
+    else:
+        assert isinstance(cause, getattr(importlib.import_module(module), attr))
 
 
 @pytest.mark.parametrize("order", ["general first", "specific first"])

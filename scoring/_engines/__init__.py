@@ -120,8 +120,7 @@ def score_parquet(
         data = (
             source_spec.location
             if isinstance(source_spec.location, InputDataset)
-            else open_input(source_url, version=source_spec.version,
-                            empty=source_spec.incremental)
+            else open_input(source_url, version=source_spec.version, empty=source_spec.incremental)
         )
         if source_spec.filter is not None:
             data = filtered(data, source_spec.filter, incremental=source_spec.incremental)

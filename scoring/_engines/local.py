@@ -40,6 +40,7 @@ from .._journal import Entry
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
+from ..errors import WRITE_FIX, translated, translating
 from .base import ModelSource, Run, Scored, job_options, register
 
 __all__ = [
@@ -404,6 +405,7 @@ def dictionary_columns(schema: pa.Schema, keep: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+@translating("table write", lambda file: f"cannot write {file.tmp!r}", fix=WRITE_FIX)
 class _OutputFile:
     """One fragment's output while it is being written."""
 
@@ -414,8 +416,10 @@ class _OutputFile:
         self.tmp, self.sink = run.plan.journal.open(fragment)
         try:
             coded = dictionary_columns(run.plan.schema, run.scorer.keep)
-            self.writer = pq.ParquetWriter(self.sink, run.plan.schema, compression="snappy",
-                                           use_dictionary=coded)  # fmt: skip
+            with translated("table write", f"cannot write {self.tmp!r}", fix=WRITE_FIX):
+                self.writer = pq.ParquetWriter(
+                    self.sink, run.plan.schema, compression="snappy", use_dictionary=coded
+                )
         except BaseException:  # its first bytes could not be written
             self._drop()
             raise
