@@ -52,10 +52,12 @@ def _rows(ids: range, *, seed: int = 0) -> pd.DataFrame:
     return frame
 
 
-def _score(source: Path, out: Path, model: str, key: list[str]) -> scoring.ScoreReport:
+def _score(
+    source: Path, out: Path, model: str, key: list[str], **engine: Any
+) -> scoring.ScoreReport:
     return scoring.score_parquet(
-        scoring.Input(str(source), incremental=True),
-        scoring.Output(f"delta:{out}", key=key), model, keep=["id", "city"], progress=False,
+        scoring.Input(str(source), incremental=True), scoring.Output(f"delta:{out}", key=key),
+        model, keep=["id", "city"], progress=False, **engine,
     )  # fmt: skip
 
 
@@ -228,3 +230,41 @@ def test_a_change_file_that_cannot_be_read_is_one_line_naming_the_table(
     with pytest.raises(InputError, match=said) as caught:
         _score(source, out, path, ["id"])
     assert "\n" not in str(caught.value)
+
+
+#: The changes in the order the engines' test makes them, one after another on one table.
+IN_TURN = ["insert", "update", "delete", "overwrite", "restore", "all rows deleted"]
+
+
+@pytest.mark.parametrize("engine", ["ray", "spark"])
+def test_every_change_in_turn_on_each_engine_ends_as_a_full_rescore(
+    tmp_path: Path, model: tuple[str, Any], engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver computes the change set and merges; the workers score the changed rows
+    (a folder of staged rows, partitioned as the input is). Each change kind in turn, on
+    a table partitioned by values a path escapes and on a flat one, with a composite key
+    (a unique key's merge is the driver's, the same on every engine: the grid above)."""
+    import shutil
+
+    module = pytest.importorskip(engine if engine == "ray" else "pyspark")
+    if engine == "spark" and shutil.which("java") is None:
+        pytest.skip("Spark needs a Java runtime")
+    if engine == "ray":  # a Ray instance of this test's own, its workers at our priority
+        monkeypatch.setenv("RAY_worker_niceness", "0")
+        module.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    options = {"num_workers": 1, "num_cpus": 1} if engine == "ray" else {"master": "local[1]"}
+    path, clf = model
+    try:
+        for partitioned in (True, False):
+            source, out = tmp_path / f"in-{partitioned}", tmp_path / f"out-{partitioned}"
+            deltalake.write_deltalake(str(source), _rows(range(40)), configuration=FEED,
+                                      partition_by=["city"] if partitioned else None)  # fmt: skip
+            engaged = {"engine": engine, "engine_options": options}
+            _score(source, out, path, KEYS["composite"], **engaged)
+            for change in IN_TURN:
+                CHANGES[change](source)
+                _score(source, out, path, KEYS["composite"], **engaged)
+                _same_as_a_full_rescore(out, source, clf)
+    finally:
+        if engine == "ray":
+            module.shutdown()

@@ -18,14 +18,17 @@ device) the tasks chose is recorded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._cache import compiled
@@ -240,10 +243,7 @@ class SparkEngine:
         files = [hadoop_url(plan.data.fs.unstrip_protocol(f.path)) for f in plan.data.fragments]
         output = hadoop_url(plan.journal.fs.unstrip_protocol(engine_dir(plan.journal)))
         check_connectors(spark, [files[0], output])
-        first = plan.data.fragments[0]
-        base = files[0][: len(files[0]) - len(first.relpath)].rstrip("/")
-        # Only what the plan reads: kept and feature columns, never other partition keys.
-        df = spark.read.option("basePath", base).parquet(*files)
+        df = _read(spark, plan.data, files)
         if plan.data.where is not None:  # the filter every engine applies (not Spark's own)
             df = df.mapInArrow(InsideFilter(plan.data.where.text), df.schema)
         df = df.select(*plan.columns)
@@ -269,6 +269,79 @@ class SparkEngine:
 
 
 ENGINE = register(SparkEngine())
+
+
+def _read(spark: Any, data: Any, files: list[str]) -> Any:
+    """The input files as Spark reads them, their partition columns holding the values the
+    plan read (a Delta log's, or ``key=value`` folders decoded as UTF-8, typed as the
+    other engines type them).  Spark's own discovery would decode a folder's ``%XX``
+    escapes one character each (``é``, escaped ``%C3%A9``, read as ``Ã©``) and type the
+    values its own way."""
+    df = spark.read.parquet(*files)  # the files named: no partition discovery
+    columns = list(data.partition_columns)
+    if not columns:
+        return df
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    fields = [data.schema.field(c) for c in columns]
+    values = {
+        _file_key(url): [_partition_keys(data.pieces[f.index]).get(c) for c in columns]
+        for url, f in zip(files, data.fragments, strict=True)
+    }
+    kept = [f for f in df.schema.fields if f.name not in columns]
+    schema = StructType(kept + [StructField(f.name, from_arrow_type(f.type)) for f in fields])
+    from pyspark.sql import functions as F
+
+    df = df.select(*[F.col(f"`{f.name}`") for f in kept],
+                   F.col("_metadata.file_path").alias(_FILE))  # fmt: skip
+    shared = spark.sparkContext.broadcast(values)  # once per executor, not per task
+    return df.mapInArrow(PartitionValues(shared, pa.schema(fields)), schema)
+
+
+def _partition_keys(piece: Any) -> dict[str, Any]:
+    import pyarrow.dataset as pads
+
+    return dict(pads.get_partition_keys(piece.partition_expression))
+
+
+#: The column that carries each row's file name from Spark's read to its partition values.
+_FILE = "__scoring_file__"
+
+
+def _file_key(url: str, *, reported: bool = False) -> str:
+    """A file's URL as the driver gave it to Spark, and as Spark ``reported`` it
+    (``_metadata``: the Hadoop path's URI, escaped once more, ``file:/`` for ``file:///``),
+    made one."""
+    return re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:/*", "", unquote(url) if reported else url)
+
+
+class PartitionValues:
+    """Each row's partition values from the file it was read from (:func:`_read`):
+    ``values``, a broadcast of each file's."""
+
+    def __init__(self, values: Any, fields: pa.Schema):
+        self.values, self.fields = values, fields
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            coded = pc.dictionary_encode(batch.column(_FILE))
+            files = [self._of(_file_key(name, reported=True))
+                     for name in coded.dictionary.to_pylist()]  # fmt: skip
+            arrays = [
+                pa.array([values[i] for values in files], type=field.type).take(coded.indices)
+                for i, field in enumerate(self.fields)
+            ]
+            rest = batch.drop_columns([_FILE])
+            yield pa.RecordBatch.from_arrays(
+                [*rest.columns, *arrays], names=[*rest.schema.names, *self.fields.names]
+            )
+
+    def _of(self, key: str) -> list[Any]:
+        try:
+            return self.values.value[key]
+        except KeyError:  # never guessed: a row would get another file's values
+            raise RuntimeError(f"Spark read a file the plan did not list: {key!r}") from None
 
 
 class InsideFilter:
