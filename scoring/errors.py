@@ -255,6 +255,8 @@ def cause_line(exc: BaseException, *, first_line: bool = False) -> str:
     while isinstance(inner, BaseException):
         exc = inner
         inner = exc.__cause__ or getattr(exc, "inner_exception", None)
+    if isinstance(exc, OSError) and exc.strerror:  # as the command says one: no errno
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else str(exc.strerror)
     detail = _meaningful(str(exc))
     if not detail:
         return type(exc).__name__

@@ -467,8 +467,11 @@ def test_a_write_failure_is_one_line_and_publishes_nothing(
     assert expected in message
     assert not (tmp_path / "out" / "_SUCCESS").exists()
     assert not list((tmp_path / "out").rglob("*.inprogress-*"))  # the interrupted file
-    debug = runner.invoke(app, ["--debug", "score", *args])
-    assert debug.exit_code == 1 and isinstance(debug.exception, (OSError, RuntimeError))
+    debug = runner.invoke(app, ["--debug", "score", *args])  # the library's error, shown
+    shown = debug.exception
+    if isinstance(shown, scoring.ScoringError):  # translated: ours, caused by the library's
+        shown = shown.__cause__
+    assert debug.exit_code == 1 and isinstance(shown, (OSError, RuntimeError))
 
 
 @pytest.mark.parametrize("problem", ["missing", "text", "corrupt", "empty", "alias", "keep"])

@@ -24,7 +24,8 @@ HELP = (
     "finished after its deadline, 5 a job's checks failed (nothing published), 6 the input "
     "does not fit the model (a column missing or not numeric, a value refused), 130 or 143 "
     "stopped by Ctrl-C or SIGTERM.\n\n"
-    "--debug (or SCORING_DEBUG=1) shows the traceback of an unexpected error."
+    "--debug (or SCORING_DEBUG=1) shows the traceback of an unexpected error, or of the "
+    "library's error behind the reason."
 )
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP)
@@ -48,7 +49,9 @@ def _version(asked: bool) -> None:
 
 @app.callback()
 def main(
-    debug: bool = typer.Option(False, "--debug", help="show the traceback of unexpected errors"),
+    debug: bool = typer.Option(
+        False, "--debug", help="show the traceback of unexpected errors and of a library's errors"
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="print the version and exit"
     ),

@@ -134,10 +134,11 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
         except (KeyboardInterrupt, Terminated) as exc:
             name, code = STOPPED[type(exc)]
             raise fail(command, _stopped(name, written), code=code) from None
-        except ConfigError as exc:  # a usage mistake: exit 2, as for a bad option
-            raise fail(command, _one_line(exc), code=2) from None
         except ScoringError as exc:
-            raise fail(command, _one_line(exc), code=_status(exc)) from None
+            if debugging() and _translated(exc):  # the library's own error, and ours
+                raise
+            code = 2 if isinstance(exc, ConfigError) else _status(exc)  # 2: a usage mistake
+            raise fail(command, _one_line(exc), code=code) from None
         except (typer.Exit, typer.Abort, typer.TyperException):  # the command's own exits
             raise
         except OSError as exc:  # disk full, no permission, a file gone from under us
@@ -151,6 +152,11 @@ def reported(command: str, *, written: RowsWritten | None = None) -> Iterator[No
             hint = "rerun with --debug (or SCORING_DEBUG=1) for the traceback"
             reason = f"unexpected {type(exc).__name__}: {_one_line(exc)}; {hint}"
             raise fail(command, reason) from None
+
+
+def _translated(exc: ScoringError) -> bool:
+    """Whether ``exc`` stands for a library's exception (:class:`scoring.errors.translated`)."""
+    return exc.__cause__ is not None and not isinstance(exc.__cause__, ScoringError)
 
 
 def _status(exc: ScoringError) -> int:
