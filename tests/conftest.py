@@ -44,6 +44,17 @@ os.environ.pop("SCORING_HOME", None)
 RECIPES = {r.name: r for r in SMALL_RECIPES}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the suite's processes start (``make test`` runs two): Ray's token made once,
+    so that no two of them make one each at the same time."""
+    ray = Path(sys.executable).parent / "ray"
+    token = Path.home() / ".ray" / "auth_token"
+    if hasattr(config, "workerinput") or token.exists() or not ray.exists():
+        return
+    if os.environ["RAY_AUTH_MODE"] == "token":
+        subprocess.run([str(ray), "get-auth-token", "--generate"], capture_output=True)
+
+
 @cache
 def built(name: str) -> tuple[Any, Forest, NativeBackend]:
     if not RECIPES[name].available:  # an optional extra (CatBoost) that is not installed

@@ -175,25 +175,39 @@ def predicates(count: int, seed: int = 66) -> list[str]:
 
 
 def _spark_rows(spark: Any, texts: list[str]) -> dict[str, set[int] | None]:
-    """Each predicate's rows as Spark SQL keeps them (None: Spark refused or failed)."""
+    """Each predicate's rows as Spark SQL keeps them (None: Spark refused or failed).
+
+    Many predicates in one query; where one fails, Spark's error names its place in the
+    query (its query context), and that one is answered None and the rest asked again;
+    an error that names no place splits the query in halves."""
     answers: dict[str, set[int] | None] = {}
 
     def run(chunk: list[str]) -> None:
-        columns = ", ".join(f"({t}) AS c{i}" for i, t in enumerate(chunk))
-        rows = spark.sql(f"SELECT id, {columns} FROM t").collect()
+        columns, spans, at = [], [], len("SELECT id, ")
+        for i, text in enumerate(chunk):
+            columns.append(f"({text}) AS c{i}")
+            spans.append((at, at + len(columns[-1])))
+            at += len(columns[-1]) + 2
+        try:
+            rows = spark.sql(f"SELECT id, {', '.join(columns)} FROM t").collect()
+        except Exception as exc:
+            starts = [c.startIndex() for c in getattr(exc, "getQueryContext", list)()]
+            failed = {i for i, (a, b) in enumerate(spans) for s in starts if a <= s < b}
+            if len(chunk) == 1 or len(failed) == 1:
+                answers[chunk[min(failed, default=0)]] = None
+                rest = [t for i, t in enumerate(chunk) if i not in failed] if failed else []
+            else:
+                middle = len(chunk) // 2
+                run(chunk[:middle])
+                rest = chunk[middle:]
+            if rest:
+                run(rest)
+            return
         for i, text in enumerate(chunk):
             answers[text] = {r["id"] for r in rows if r[f"c{i}"] is True}
 
-    for start in range(0, len(texts), 40):
-        chunk = texts[start : start + 40]
-        try:
-            run(chunk)
-        except Exception:  # one of them fails: each alone
-            for text in chunk:
-                try:
-                    run([text])
-                except Exception:
-                    answers[text] = None
+    for start in range(0, len(texts), 64):
+        run(texts[start : start + 64])
     return answers
 
 

@@ -132,8 +132,8 @@ def test_every_top_and_category_rule_builds(capability: int) -> None:
 
 def test_the_build_reports_spills() -> None:
     """A kernel that cannot fit its registers spills, and the count says so (the check
-    above can fail): 4,096 rows per program on one warp."""
-    build = build_for(90, TOP=MAX_TOP, BLOCK=4096, BEFORE_TRUNC=False, warps=1, x="fp64",
+    above can fail): 512 rows per program on one warp (408 bytes spilled)."""
+    build = build_for(90, TOP=MAX_TOP, BLOCK=512, BEFORE_TRUNC=False, warps=1, x="fp64",
                       acc="fp64", ZERO=True, CAT=True, VECTOR=True, LEAVES=False)  # fmt: skip
     assert build.spills > 0
 
