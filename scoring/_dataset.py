@@ -182,6 +182,11 @@ class InputDataset:
                 if kept.num_rows or (where is None and deleted is None):
                     yield kept
 
+    def partition_values(self, fragment: Fragment) -> dict[str, Any]:
+        """The fragment's partition values, typed: a Delta log's, or its ``key=value``
+        folders' (decoded as UTF-8)."""
+        return dict(pads.get_partition_keys(self.pieces[fragment.index].partition_expression))
+
     def head(self, *, columns: Sequence[str], rows: int) -> pa.Table:
         """Up to ``rows`` rows of the first non-empty file (for checks before writing).
 
@@ -200,7 +205,7 @@ class InputDataset:
         ):
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=HEAD_BUFFER)
             batch = next(reader.iter_batches(batch_size=rows, columns=stored))
-        keys = pads.get_partition_keys(piece.partition_expression)  # key=value directories
+        keys = self.partition_values(first)
         arrays = [
             batch.column(c) if c in stored else pa.array([keys.get(c)] * batch.num_rows)
             for c in columns

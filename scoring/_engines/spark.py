@@ -281,28 +281,21 @@ def _read(spark: Any, data: Any, files: list[str]) -> Any:
     columns = list(data.partition_columns)
     if not columns:
         return df
+    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
     fields = [data.schema.field(c) for c in columns]
     values = {
-        _file_key(url): [_partition_keys(data.pieces[f.index]).get(c) for c in columns]
+        _file_key(url): [data.partition_values(f).get(c) for c in columns]
         for url, f in zip(files, data.fragments, strict=True)
     }
     kept = [f for f in df.schema.fields if f.name not in columns]
     schema = StructType(kept + [StructField(f.name, from_arrow_type(f.type)) for f in fields])
-    from pyspark.sql import functions as F
-
     df = df.select(*[F.col(f"`{f.name}`") for f in kept],
                    F.col("_metadata.file_path").alias(_FILE))  # fmt: skip
     shared = spark.sparkContext.broadcast(values)  # once per executor, not per task
     return df.mapInArrow(PartitionValues(shared, pa.schema(fields)), schema)
-
-
-def _partition_keys(piece: Any) -> dict[str, Any]:
-    import pyarrow.dataset as pads
-
-    return dict(pads.get_partition_keys(piece.partition_expression))
 
 
 #: The column that carries each row's file name from Spark's read to its partition values.
