@@ -74,9 +74,7 @@ def _wrapped(watch: Watch, library: str, fn: Callable[..., Any]) -> Callable[...
 
 def _defined_in(value: Any, packages: tuple[str, ...]) -> bool:
     module = getattr(value, "__module__", None) or ""
-    return module.split(".")[0] in {p.split(".")[0] for p in packages} and module.startswith(
-        packages
-    )
+    return module.startswith(packages)
 
 
 def _targets(packages: tuple[str, ...]) -> Iterator[tuple[Any, str, Any, str]]:

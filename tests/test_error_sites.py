@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,13 +169,6 @@ def _raised(site: Site) -> BaseException:
     if site.library.startswith("pyarrow"):
         return pa.ArrowInvalid("Parquet magic bytes not found in footer (injected)")
     return PermissionError(errno.EACCES, "Permission denied (injected)", "/injected/path")
-
-
-@dataclass
-class Prepared:
-    root: Path
-    command: list[str]
-    sites: list[Site]
 
 
 @pytest.fixture(scope="module")
