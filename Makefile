@@ -9,10 +9,9 @@ TORCH_VERSION ?= 2.13.0
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
 TORCH_CPU_INDEX ?=
 
-# The suite's processes: each takes whole test files (a module's fixtures are made once);
-# the cluster tests run after them, alone (a Ray cluster's `ray stop` ends every Ray on
-# the machine).  Their durations are listed, the slowest first, to keep the suite within
-# its budget.
+# The suite's processes: each takes whole test files (a module's fixtures are made once),
+# the slowest files first (tests/conftest.py orders them).  The slowest tests are listed
+# at the end, to keep the suite within its budget.
 TEST_WORKERS ?= 2
 
 .PHONY: install runtime demo examples test lint docs screenshots bench peers clean image
@@ -74,8 +73,7 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(MAKE) --no-print-directory docs
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not cluster" --durations=20
-	$(BIN)/pytest -q -m cluster --durations=5
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20
 
 # The documentation site, into site/: strictly (a broken link, a missing page or an
 # unresolved reference fails it); its reference pages are generated from the code.

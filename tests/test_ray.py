@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,15 +39,37 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(300)  # a starved actor pool hangs forever: fail instead
 
 
-@pytest.fixture
-def ray_session() -> Any:
-    """A Ray instance per test: an actor pool a test leaves behind (a failed dataset's
-    is freed only when Ray gets round to it) cannot take the next test's CPUs, and an
-    unschedulable pool waits forever."""
-    os.environ.setdefault("RAY_worker_niceness", "0")  # as scoring.ray.connect() starts one
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray
+#: How long a test's actors may take to give their CPUs back before the next test gets a
+#: Ray instance of its own instead (a cost, never a failure).
+RELEASE_GRACE_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def _module_ray() -> Iterator[None]:
+    """The module's tests share one Ray instance (starting one costs seconds; the file
+    once took 15); it is shut down after them."""
+    yield
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_session(_module_ray: None) -> Iterator[Any]:
+    """The module's Ray instance, all its CPUs free when the test starts: an actor pool a
+    test leaves behind (a failed dataset's is freed only when Ray gets round to it) would
+    take the next test's CPUs, and an unschedulable pool waits forever.  So each test
+    ends by waiting for its actors to give their CPUs back; one that keeps them has its
+    instance shut down, and the next test starts a fresh one."""
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_worker_niceness", "0")  # as scoring.ray.connect() does
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    gc.collect()  # a finished dataset's executor, and with it its actor pool
+    deadline = time.monotonic() + RELEASE_GRACE_S
+    while ray.available_resources().get("CPU", 0.0) < 2.0:
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            break
+        time.sleep(0.05)
 
 
 def test_worker_plan_leaves_cpus_for_reads() -> None:

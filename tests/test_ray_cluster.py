@@ -1,9 +1,10 @@
 """The Ray engine on a real cluster of two nodes (``ray start --head`` and a second
-``ray start --address``, one CPU each), not the single-process Ray of test_ray.py.  Run
-alone with ``pytest -m cluster``.  ``ray start --head`` turns token authentication on
-(Ray 2.60), and a driver reads its mode when Ray is imported: the nodes take the mode
-conftest.py fixes for the session (token, Ray's default, with the token Ray keeps in
-~/.ray/auth_token), since a driver whose mode differs from the cluster's fails.
+``ray start --address``, one CPU each), not the single-process Ray of test_ray.py
+(``pytest -m cluster`` selects the cluster tests).  ``ray start --head`` turns token
+authentication on (Ray 2.60), and a driver reads its mode when Ray is imported: the
+nodes take the mode conftest.py fixes for the session (token, Ray's default, with the
+token Ray keeps in ~/.ray/auth_token), since a driver whose mode differs from the
+cluster's fails.
 
 What outside runs found here: the default plan sized one actor from the cluster's two
 CPUs, which no node has, and Ray waited for such a node forever; and a job on S3,
@@ -12,6 +13,7 @@ hiding what the actors had journaled."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,7 +49,13 @@ GPUS_PER_NODE = 2
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """Two nodes on 127.0.0.1 of one CPU and two logical GPUs each (as ``ray start
-    --num-gpus`` declares them on any machine), sharing the driver's token: the address."""
+    --num-gpus`` declares them on any machine), sharing the driver's token: the address.
+    Each node's processes are a session of their own, ended by signal afterwards: not
+    ``ray stop``, which ends every Ray on the machine (the suite's other process may be
+    running one)."""
+    import ray
+
+    ray.shutdown()  # a session this process still holds would be used instead of the address
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -56,27 +64,56 @@ def ray_cluster() -> Iterator[str]:
     temp = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths have a limit
     if os.environ["RAY_AUTH_MODE"] == "token":  # as a local ray.init() does when none exists
         _ray("get-auth-token", "--generate")
-    _ray("start", "--head", f"--port={port}", "--include-dashboard=false",
-         f"--temp-dir={temp}", *common)  # fmt: skip
+    sessions: list[int] = []
     try:
-        _ray("start", f"--address=127.0.0.1:{port}", *common)
+        sessions.append(_ray("start", "--head", f"--port={port}", "--include-dashboard=false",
+                             f"--temp-dir={temp}", *common))  # fmt: skip
+        sessions.append(_ray("start", f"--address=127.0.0.1:{port}", *common))
         yield f"127.0.0.1:{port}"
     finally:
-        import ray
-
         ray.shutdown()
-        _ray("stop", "--force")
+        _end_sessions(sessions)
 
 
-def _ray(*args: str) -> None:
+def _ray(*args: str) -> int:
+    """``ray`` with ``args``, in a session of its own: the session's id (what the
+    processes it leaves running share)."""
     # No AWS settings: actors reach S3 only with the options their job ships them.
     nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     # Workers at Ray's default niceness (15) get a few percent of a CPU beside other work,
     # as on this busy test machine; scoring.ray.connect() starts its own clusters so too.
     nodes["RAY_worker_niceness"] = "0"
-    done = subprocess.run([RAY, *args], capture_output=True, text=True, env=nodes)
-    if done.returncode != 0:
-        pytest.fail(f"ray {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
+    command = subprocess.Popen([RAY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=nodes, start_new_session=True)  # fmt: skip
+    _, err = command.communicate()
+    if command.returncode != 0:
+        pytest.fail(f"ray {args[0]} failed: {err.strip().splitlines()[-1:]}")
+    return command.pid
+
+
+def _end_sessions(sessions: list[int]) -> None:
+    """SIGKILL to every live process of ``sessions`` (the nodes' daemons and workers),
+    until none is left."""
+    while members := _members(set(sessions)):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _members(sessions: set[int]) -> list[int]:
+    """The live (not zombie) processes whose session is one of ``sessions``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if state[0] != "Z" and int(state[3]) in sessions:  # fields 3 and 6: state, sid
+                found.append(int(proc.name))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return found
 
 
 def test_the_default_plan_scores_on_two_one_cpu_nodes(ray_cluster: str, tmp_path: Path) -> None:

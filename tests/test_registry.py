@@ -249,7 +249,10 @@ def test_concurrent_registrations_take_distinct_numbers(
     path = tmp_path / "model.json"
     model.save_model(path)
     fresh = request.getfixturevalue("new_postgres_database") if database == "postgresql" else None
-    ctx = multiprocessing.get_context("spawn")
+    # Each process forked from one that has imported this module (and with it scoring):
+    # not eight fresh interpreters importing torch at once, which the race does not need.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
     with ctx.Manager() as manager, ctx.Pool(8) as pool:
         for round_ in range(4):
             root = str(tmp_path / f"registry-{round_}")  # created by whoever comes first
