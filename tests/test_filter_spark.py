@@ -16,6 +16,7 @@ import datetime
 import logging
 import random
 import shutil
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -223,19 +224,20 @@ def _product_rows(table: pa.Table, text: str) -> set[int] | str | None:
     return set(table.filter(mask).column("id").to_pylist())
 
 
-class _Masks:
+def _masks(texts: list[str]) -> Callable[[Any], Iterator[pa.RecordBatch]]:
     """The Spark engine's filter (:class:`scoring._engines.spark.InsideFilter` applies
-    this mask to each Arrow batch a task reads), one column per predicate."""
+    this mask to each Arrow batch a task reads), one column per predicate.  A nested
+    function, which Spark ships by value: its workers need not import this module (a
+    session another test started may run them where ``tests`` is not importable)."""
 
-    def __init__(self, texts: list[str]):
-        self.texts = texts
-
-    def __call__(self, batches: Any) -> Any:
+    def masks(batches: Any) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             columns = {"id": batch.column("id")}
-            for i, text in enumerate(self.texts):
+            for i, text in enumerate(texts):
                 columns[f"c{i}"] = RowFilter(text).mask(batch)
             yield pa.RecordBatch.from_pydict(columns)
+
+    return masks
 
 
 def test_every_predicate_keeps_spark_s_rows_or_is_refused_by_name(tmp_path: Path) -> None:
@@ -260,7 +262,7 @@ def test_every_predicate_keeps_spark_s_rows_or_is_refused_by_name(tmp_path: Path
         accepted = [t for t in texts if ours[t] is not None]
         frame = spark.read.parquet(str(tmp_path / "t.parquet"))
         schema = "id long, " + ", ".join(f"c{i} boolean" for i in range(len(accepted)))
-        on_spark = frame.mapInArrow(_Masks(accepted), schema).collect()
+        on_spark = frame.mapInArrow(_masks(accepted), schema).collect()
     finally:
         for key, value in before.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
