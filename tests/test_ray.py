@@ -65,7 +65,7 @@ def ray_session(_module_ray: None) -> Iterator[Any]:
     yield ray
     gc.collect()  # a finished dataset's executor, and with it its actor pool
     deadline = time.monotonic() + RELEASE_GRACE_S
-    while ray.available_resources().get("CPU", 0.0) < 2.0:
+    while ray.available_resources().get("CPU", 0.0) < ray.cluster_resources()["CPU"]:
         if time.monotonic() > deadline:
             ray.shutdown()
             break

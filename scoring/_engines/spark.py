@@ -286,10 +286,10 @@ def _read(spark: Any, data: Any, files: list[str]) -> Any:
     from pyspark.sql.types import StructField, StructType
 
     fields = [data.schema.field(c) for c in columns]
-    values = {
-        _file_key(url): [data.partition_values(f).get(c) for c in columns]
-        for url, f in zip(files, data.fragments, strict=True)
-    }
+    values = {}
+    for url, fragment in zip(files, data.fragments, strict=True):
+        keys = data.partition_values(fragment)  # once per file, not once per column
+        values[_file_key(url)] = [keys.get(c) for c in columns]
     kept = [f for f in df.schema.fields if f.name not in columns]
     schema = StructType(kept + [StructField(f.name, from_arrow_type(f.type)) for f in fields])
     df = df.select(*[F.col(f"`{f.name}`") for f in kept],
