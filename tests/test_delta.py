@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,8 @@ from typer.testing import CliRunner
 
 import scoring
 from scoring.cli import app
+
+from . import zygote
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
 runner = CliRunner()
@@ -200,8 +200,7 @@ def test_killed_anywhere_the_rerun_adds_every_row_once_in_one_version(
         region="none"))  # version 0: an earlier run's rows  # fmt: skip
     command = ["score", "--model", str(path), "--input", str(source), "--keep", "id,region",
                "--output", f"delta:{out}", "--mode", "append"]  # fmt: skip
-    child = subprocess.Popen([sys.executable, "-c", HELD_AT, point, str(occurrence), *command],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    child = zygote.popen(HELD_AT, point, str(occurrence), *command)
     assert child.stdout is not None
     assert child.stdout.readline() == "held\n", child.communicate()[1][-2000:]
     # A new version of the input while the run is stopped: the rerun reads the old one.

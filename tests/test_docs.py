@@ -27,6 +27,8 @@ import xgboost as xgb
 
 import scoring
 
+from . import zygote
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -201,8 +203,9 @@ def test_batch_scoring_examples(lake: Path) -> None:
 
 def _sh(code: str, lake: Path) -> str:
     """A shell block run as a bash script that stops at its first failure, ``scoring``
-    this venv's; its standard output."""
-    env = {**os.environ, "PATH": f"{Path(SCORING).parent}{os.pathsep}{os.environ['PATH']}"}
+    this venv's (forked from the suite's zygote: tests/zygote.py); its standard output."""
+    path = [str(zygote.cli_folder()), str(Path(SCORING).parent), os.environ["PATH"]]
+    env = {**os.environ, "PATH": os.pathsep.join(path)}
     done = subprocess.run(["bash", "-e", "-c", code], cwd=lake, env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -327,7 +330,8 @@ def test_jobs_backfill_with_a_dated_deadline(tmp_path: Path) -> None:
     job.write_text(re.sub(r'(?m)^deadline = .*$', 'deadline = "${RUN_DATE}+1d 01:45"',
                           job.read_text()))  # fmt: skip
     env = {**os.environ, "RUN_DATE": "2026-10-01"}
-    late = subprocess.run([SCORING, "run", "jobs/nightly.toml"], cwd=tmp_path, env=env,
+    late = subprocess.run([zygote.cli_folder() / "scoring", "run", "jobs/nightly.toml"],
+                          cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert late.returncode == 3, late.stderr[-3000:]
     assert "deadline 2026-10-02T01:45:00+00:00 passed" in late.stdout + late.stderr

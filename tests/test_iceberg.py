@@ -33,6 +33,7 @@ from typer.testing import CliRunner
 import scoring
 from scoring.cli import app
 
+from . import zygote
 from .conftest import sql_catalog
 from .test_delta import HELD_AT  # the command held at a point until a signal stops it
 
@@ -221,8 +222,7 @@ def test_killed_anywhere_the_rerun_adds_every_row_once_in_one_snapshot(
     command = ["score", "--model", str(path), "--input", "iceberg:lab.sales.features",
                "--keep", "id,region", "--output", "iceberg:lab.sales.scores",
                "--mode", "append"]  # fmt: skip
-    child = subprocess.Popen([sys.executable, "-c", HELD_AT, point, str(occurrence), *command],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    child = zygote.popen(HELD_AT, point, str(occurrence), *command)
     assert child.stdout is not None
     assert child.stdout.readline() == "held\n", child.communicate()[1][-2000:]
     # A new snapshot of the input while the run is stopped: the rerun reads the old one.
@@ -260,10 +260,7 @@ def test_a_rerun_with_another_mode_after_a_kill_commits_once_with_its_own(
     catalog.create_table("sales.scores", schema=earlier.schema).append(earlier)
     command = ["score", "--model", str(path), "--input", "iceberg:lab.sales.features",
                "--keep", "id,region", "--output", "iceberg:lab.sales.scores"]  # fmt: skip
-    child = subprocess.Popen(
-        [sys.executable, "-c", HELD_AT, point, "1", *command, "--mode", "append"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    child = zygote.popen(HELD_AT, point, "1", *command, "--mode", "append")
     assert child.stdout is not None
     assert child.stdout.readline() == "held\n", child.communicate()[1][-2000:]
     child.kill()

@@ -23,6 +23,7 @@ import scoring
 from scoring.cli import app
 from scoring.errors import ConfigError, InputError, OutputError
 
+from . import zygote
 from .test_delta import HELD_AT  # the command held at a point until a signal stops it
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")
@@ -267,11 +268,7 @@ def test_incremental_options_refused_by_name(
 
 def _held(point: str, occurrence: int, sent: int, command: list[str]) -> str:
     """Run ``command`` held at ``point``, stop it with ``sent``; what it said."""
-    import subprocess
-    import sys
-
-    child = subprocess.Popen([sys.executable, "-c", HELD_AT, point, str(occurrence), *command],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    child = zygote.popen(HELD_AT, point, str(occurrence), *command)
     assert child.stdout is not None
     assert child.stdout.readline() == "held\n", child.communicate()[1][-2000:]
     child.send_signal(sent)
@@ -456,9 +453,6 @@ def test_two_incremental_runs_started_together_one_runs_the_other_is_refused(
     tmp_path: Path, models: tuple[Path, Path, Any, Any]
 ) -> None:
     """The first is held once it journaled a file; the second is refused by the lease."""
-    import subprocess
-    import sys
-
     v1, _, clf, _ = models
     source, out = tmp_path / "in", tmp_path / "out"
     _write(source, "day1.parquet", _rows(0, 200))
@@ -467,8 +461,7 @@ def test_two_incremental_runs_started_together_one_runs_the_other_is_refused(
     _write(source, "day3.parquet", _rows(300, 100))
     command = ["score", "--model", str(v1), "--input", str(source), "--output", str(out),
                "--keep", "id,region", "--incremental"]  # fmt: skip
-    first = subprocess.Popen([sys.executable, "-c", HELD_AT, "journaled a file", "1", *command],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = zygote.popen(HELD_AT, "journaled a file", "1", *command)
     assert first.stdout is not None and first.stdout.readline() == "held\n"
     with pytest.raises(OutputError, match="being written by another run"):
         _score(source, out, v1)

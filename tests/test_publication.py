@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from scoring.cli import app
 
+from . import zygote
 from .test_score_parquet import model_frame, write_input
 
 runner = CliRunner()
@@ -106,10 +107,7 @@ def test_an_overwrite_stopped_at_each_step_loses_nothing_and_says_what_is_true(
     out = tmp_path / "out"
     assert runner.invoke(app, [*runs["previous"], "--output", str(out)]).exit_code == 0
     command = [*runs["new"], "--output", str(out)]
-    child = subprocess.Popen(
-        [sys.executable, "-c", STOPPED_AT, step, str(occurrence), *command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    child = zygote.popen(STOPPED_AT, step, str(occurrence), *command)
     assert child.stdout is not None
     held = child.stdout.readline()  # the event: the publication waits at the step
     assert held == "held\n", child.communicate()[1][-2000:]
@@ -143,10 +141,7 @@ def test_a_first_publication_stopped_says_it_is_not_complete(tmp_path: Path, run
     the message says the publication did not finish, and the same command finishes it."""
     out = tmp_path / "out"
     command = [*runs["new"], "--output", str(out)]
-    child = subprocess.Popen(
-        [sys.executable, "-c", STOPPED_AT, "placed a new file", "2", *command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    child = zygote.popen(STOPPED_AT, "placed a new file", "2", *command)
     assert child.stdout is not None and child.stdout.readline() == "held\n"
     child.send_signal(signal.SIGTERM)
     _, said = child.communicate()
