@@ -116,8 +116,8 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
 def _child(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: become ``python -c CODE ARGS`` and never return."""
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Python sets it at start
     for target, fd in enumerate(fds):
@@ -161,26 +161,33 @@ def _exit_code(stop: SystemExit) -> int:
 class Forked:
     """The child of one request, as much of ``subprocess.Popen`` as the tests use."""
 
-    def __init__(self, path: str, code: str, args: list[str], *, cwd: str | None,
-                 env: dict[str, str] | None) -> None:  # fmt: skip
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        stdin = os.open(os.devnull, os.O_RDONLY)
+    def __init__(self, path: str, code: str, args: list[str], *, cwd: str | None = None,
+                 env: dict[str, str] | None = None, stdio: tuple[int, int, int] | None = None,
+                 ) -> None:  # fmt: skip
+        """``stdio``: the child's standard streams; by default no input, and its output
+        and errors piped to :attr:`stdout` and :attr:`stderr`."""
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn.connect(path)
         self._said = b""
         request = {"code": code, "args": args, "cwd": cwd or os.getcwd(),
                    "env": dict(os.environ if env is None else env)}  # fmt: skip
-        try:
-            socket.send_fds(self._conn, [json.dumps(request).encode()], [stdin, out_w, err_w])
-        finally:
-            for fd in (stdin, out_w, err_w):
-                os.close(fd)
+        message = [json.dumps(request).encode()]
+        if stdio is not None:
+            socket.send_fds(self._conn, message, list(stdio))
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            stdin = os.open(os.devnull, os.O_RDONLY)
+            try:
+                socket.send_fds(self._conn, message, [stdin, out_w, err_w])
+            finally:
+                for fd in (stdin, out_w, err_w):
+                    os.close(fd)
+            self.stdout: IO[str] = open(out_r)  # noqa: SIM115 (closed by communicate)
+            self.stderr: IO[str] = open(err_r)  # noqa: SIM115
         line = self._line(block=True)
         assert line is not None, "the zygote closed the request"
         self.pid = int(line)
-        self.stdout: IO[str] = open(out_r)  # noqa: SIM115 (closed by communicate)
-        self.stderr: IO[str] = open(err_r)  # noqa: SIM115
         self.returncode: int | None = None
 
     def _line(self, *, block: bool, timeout: float | None = None) -> str | None:
@@ -260,23 +267,27 @@ def _zygote() -> str:
     return path
 
 
-#: The ``scoring`` command as a script of the standard library alone: it asks the zygote
-#: for a child that runs the CLI with its arguments, on its own standard streams, and
-#: exits as the child did (a signal it gets is passed on).
+#: The CLI, as a forked child runs it.
+_CLI = "import sys\nsys.argv[0] = 'scoring'\nfrom scoring.cli import app\napp()"
+
+#: The ``scoring`` command without site-packages (this module imports the standard
+#: library alone): a child of the zygote runs the CLI on the command's own standard
+#: streams, and the command exits as the child did (a signal it gets is passed on).
 _SHIM = """#!{python} -S
-import json, os, signal, socket, sys
-conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect({path!r})
-request = {{"code": "import sys\\nsys.argv[0] = 'scoring'\\nfrom scoring.cli import app\\napp()",
-           "args": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}
-socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-said = conn.makefile("r")
-pid = int(said.readline())
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(sig, lambda sig, _: os.kill(pid, sig))
-code = int(said.readline())
-sys.exit(code if code >= 0 else 128 - code)
+import sys
+sys.path.insert(0, {root!r})
+from tests.zygote import shim
+shim({path!r})
 """
+
+
+def shim(path: str) -> None:
+    """The body of the ``scoring`` of :func:`cli_folder`."""
+    child = Forked(path, _CLI, sys.argv[1:], stdio=(0, 1, 2))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda sig, _: child.send_signal(sig))
+    code = child.wait()
+    sys.exit(code if code >= 0 else 128 - code)
 
 
 def cli_folder() -> Path:
@@ -284,11 +295,11 @@ def cli_folder() -> Path:
     it first on ``PATH`` where a shell runs ``scoring``."""
     path = _zygote()
     folder = Path(path).parent / "bin"
-    shim = folder / "scoring"
-    if not shim.exists():
+    command = folder / "scoring"
+    if not command.exists():
         folder.mkdir(exist_ok=True)
-        shim.write_text(_SHIM.format(python=sys.executable, path=path))
-        shim.chmod(0o755)
+        command.write_text(_SHIM.format(python=sys.executable, root=str(_ROOT), path=path))
+        command.chmod(0o755)
     return folder
 
 
