@@ -5,16 +5,22 @@ the edges it found)."""
 from __future__ import annotations
 
 import json
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 import xgboost as xgb
 from sklearn.ensemble import ExtraTreesClassifier, RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
+from torch.overrides import TorchFunctionMode
 
 import scoring
+from scoring._parity import probe_rows
 from scoring._scorer import Scorer
+
+from .conftest import RECIPES, as_model_input, built
 
 ROWS = np.random.default_rng(5).normal(size=(50, 3))
 
@@ -68,3 +74,38 @@ def test_a_large_base_score_sums_as_xgboost_adds_in_float32(strategy: str) -> No
     model = xgb.XGBRegressor(n_estimators=200, max_depth=3, learning_rate=0.05).fit(ROWS, y)
     cm = scoring.compile(model, backend="tensor", device="cpu", strategy=strategy)
     np.testing.assert_array_equal(cm.predict(ROWS), model.predict(ROWS))
+
+
+class _HostDivisors(TorchFunctionMode):
+    """Records each tensor divided by a Python number, or a number divided by a tensor.
+    PyTorch on CUDA multiplies by the divisor's reciprocal then (one bit off on about a
+    quarter of rows: an H200 found it on a random forest's margins), and ``n / t`` is
+    ``reciprocal(t) * n`` on every device; numpy, and so native, divides."""
+
+    DIVISIONS: ClassVar[set[Any]] = {torch.div, torch.divide, torch.true_divide, torch.Tensor.div,
+                 torch.Tensor.div_, torch.Tensor.__truediv__, torch.Tensor.__itruediv__,
+                 torch.Tensor.__rtruediv__}  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in self.DIVISIONS and any(isinstance(a, int | float) for a in args):
+            self.found.append(f"{getattr(func, '__name__', func)}{tuple(map(type, args))}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_no_margin_or_output_divides_by_a_host_number(name: str) -> None:
+    """Every recipe's margins and outputs through the tensor backend, as a CUDA device
+    computes them: each division by a tensor, none by a number."""
+    model, forest, _ = built(name)
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
+    X = probe_rows(forest, n_rows=64, special=False)
+    X = as_model_input(RECIPES[name], X, forest)
+    with _HostDivisors() as seen:
+        cm.predict_raw(X)
+        if forest.task in ("binary", "multiclass", "multilabel", "multioutput"):
+            cm.predict_proba(X)
+    assert seen.found == []

@@ -130,3 +130,19 @@ def test_depth_stages_walk_every_tree_to_its_leaves_and_no_further_than_needed(
     assert walked.sum() <= depths.size * depths.max()
     if stages > 1:
         assert walked.sum() < depths.size * depths.max()  # the shallow trees stop early
+
+
+@pytest.mark.parametrize("name", ["sk_et_multi_clf", "sk_mo_et_clf", "xgb_multi"])
+def test_the_chain_of_additions_cuda_compiles_keeps_tree_order(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA inductor's reductions add in a tree, so the compiled sum over trees is a
+    chain of additions there (an H200 found averaging forests 1-2 ulp off native).  The
+    same chain, compiled on CPU, gives native's margins bit for bit."""
+    from scoring._compiler import kernels
+
+    monkeypatch.setattr(kernels, "reduces_in_order", lambda device: False)
+    model, forest, native = built(name)
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="compiled")
+    rows = probe_rows(forest, n_rows=600, seed=9, special=False)
+    np.testing.assert_array_equal(cm.predict_raw(rows), native.predict_raw(rows))

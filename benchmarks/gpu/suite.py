@@ -143,6 +143,17 @@ DRY = Sizes(
 )
 
 
+#: Models trained in this call, by recipe name: each is trained once (training the
+#: LightGBM shape alone took minutes on 2 cores), whichever sections use it.
+_TRAINED: dict[str, Any] = {}
+
+
+def _trained(recipe: Recipe) -> Any:
+    if recipe.name not in _TRAINED:
+        _TRAINED[recipe.name] = recipe.build()
+    return _TRAINED[recipe.name]
+
+
 def machine() -> str:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return (
@@ -210,7 +221,7 @@ def parity(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         "|---|---|---|---:|---:|---|",
     )
     for recipe in sizes.parity_recipes:
-        model = recipe.build()
+        model = _trained(recipe)
         for strategy in MEASURED:
             for dtype in (np.float32, np.float64):
                 if time.monotonic() > DEADLINE:
@@ -221,10 +232,13 @@ def parity(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
 def hypothesis(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     """tests/test_parity.py's tensor checks and the CUDA tests, run on the device."""
     report = Report(out, "hypothesis", f"The Hypothesis parity suite on {device}", device)
-    env = {**os.environ, "SCORING_TEST_DEVICE": device, "PYTHONUNBUFFERED": "1"}
+    # Wide lines: pytest's summary then carries each failure's message, which is all
+    # of it that comes back from the GPU machine.
+    env = {**os.environ, "SCORING_TEST_DEVICE": device, "PYTHONUNBUFFERED": "1",
+           "COLUMNS": "400"}  # fmt: skip
     # Other library versions than the project pins: their deprecations are not ours here.
     quiet = ["-W", "ignore::DeprecationWarning", "-W", "ignore::FutureWarning"]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *quiet,
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *quiet,
            "tests/test_parity.py", "tests/test_compile.py",
            "-k", "tensor_matches_native or cuda"]  # fmt: skip
     if dry:
@@ -315,7 +329,7 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
 def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
     from scoring._compiler.triton_walk import TritonWalk, build_for
 
-    model = recipe.build()
+    model = _trained(recipe)
     begin = time.perf_counter()
     cm = scoring.compile(model, backend="tensor", device=device, strategy="fused")
     cold = time.perf_counter() - begin
@@ -365,11 +379,16 @@ def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
     np.save(rows, _rows(recipe, 1_000, distinct=1_000))
     done = subprocess.run([sys.executable, "-c", _FIRST_ROWS, str(path), device, str(rows)],
                           capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+                          env={**os.environ, "PYTHONPATH": _with_root()})  # fmt: skip
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
     times = json.loads(done.stdout.strip().splitlines()[-1])
     return f"{times['total']:.2f} ({times['after_imports']:.2f})"
+
+
+def _with_root() -> str:
+    """``PYTHONPATH`` with the repository first: a child keeps the wheels carried there."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 
 
 def _model_file(model: Any, recipe: Recipe, stem: Path) -> Path:
@@ -413,7 +432,7 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         *_batch_header(["model", "variant", "compile s"], sizes.batches),
     )
     for recipe in sizes.recipes:
-        model = recipe.build()
+        model = _trained(recipe)
         top = max(sizes.batches)
         X = _rows(recipe, top, distinct=1_000_000)
         x_dev = torch.from_numpy(X).to(device)
@@ -513,7 +532,7 @@ def e2e(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     recipe = sizes.recipes[0]
     work = Path(tempfile.mkdtemp(prefix="scoring-gpu-e2e-"))
     model_path = work / "model.ubj"
-    recipe.build().save_model(model_path)
+    _trained(recipe).save_model(model_path)
     data = _write_input(work / "input", recipe, sizes)
     io_seconds = timed(lambda: _io_only(data, work / "io-out"), budget=0, most=2)
     report.add(
@@ -578,7 +597,7 @@ def job(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     recipe = sizes.recipes[0]
     work = Path(tempfile.mkdtemp(prefix="scoring-gpu-job-"))
     model_path = work / "model.ubj"
-    recipe.build().save_model(model_path)
+    _trained(recipe).save_model(model_path)
     data = _write_input(work / "input", recipe, sizes)
     spec = JobSpec.model_validate({
         "name": "gpu-suite", "model": str(model_path), "input": f"{data}/",
@@ -626,7 +645,7 @@ def oom(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     recipe = sizes.recipes[0]
     # An eager strategy: its per-tree scratch is what the split has to fit.
     strategy = "perfect_tree_traversal"
-    cm = scoring.compile(recipe.build(), backend="tensor", device=device, strategy=strategy)
+    cm = scoring.compile(_trained(recipe), backend="tensor", device=device, strategy=strategy)
     backend = cm.implementation
     X, _ = make_data(recipe, seed=3, n_rows=sizes.oom_rows)
     X = np.asarray(X, dtype=np.float32)
@@ -686,7 +705,7 @@ def packages(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
 
 
 def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
-    model = recipe.build()
+    model = _trained(recipe)
     path = _model_file(model, recipe, work / "model")
     rows = np.asarray(make_data(recipe, seed=2, n_rows=5_000)[0], dtype=np.float32)
     np.save(work / "rows.npy", rows)
@@ -701,7 +720,8 @@ def _packages_row(recipe: Recipe, work: Path, device: str) -> str:
         return f"| {recipe.name} | {compiled:.1f} | builder exit {codes} | - | - | - |"
     args = [sys.executable, "-c", _SECOND, str(path), str(work / "rows.npy"), device,
             str(work / "second.npy")]  # fmt: skip
-    done = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ))
+    done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": _with_root()})  # fmt: skip
     if done.returncode != 0:
         crash = failure(RuntimeError(done.stderr[-300:]))
         return f"| {recipe.name} | {compiled:.1f} | {built:.1f} | {crash} | - | - |"
@@ -725,7 +745,7 @@ def explain(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         *_batch_header(["model", "variant", "build s", "max diff"], sizes.explain_batches),
     )
     for recipe in sizes.explain_recipes:
-        model = recipe.build()
+        model = _trained(recipe)
         X = _rows(recipe, max(sizes.explain_batches), distinct=100_000)
         native = scoring.compile(model, backend="native")
         start = time.perf_counter()

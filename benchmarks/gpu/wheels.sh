@@ -14,7 +14,7 @@ wheels=(
   xgboost-cpu==3.2.0 lightgbm==4.7.0 hummingbird-ml==0.4.12 onnxconverter-common==1.16.0
   dill==0.4.1 skops==0.16.0 prettytable==3.18.0 wcwidth==0.9.4 sqlalchemy==2.1.9
   greenlet pydantic==2.14.3 pydantic-core==2.50.4 annotated-types==0.8.0
-  typing-inspection==0.4.5
+  typing-inspection==0.4.5 typing-extensions==4.16.0
   sqlglot==30.30.0 typer==0.29.2 shellingham==1.5.4 annotated-doc==0.0.7 rich==15.0.0
   markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 platformdirs==4.14.8 pyyaml==6.0.4
   nvidia-ml-py==13.615.71 matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1

@@ -65,7 +65,7 @@ from .tables import (
     traversal_layout,
     traversal_layout_bytes,
 )
-from .transforms import transform
+from .transforms import divided, transform
 from .triton_walk import TritonWalk
 
 __all__ = [
@@ -239,7 +239,7 @@ class TensorForest(nn.Module):
         return torch.zeros_like(start) if self.base_last else start
 
     def _finish(self, total: torch.Tensor) -> torch.Tensor:
-        total = total / self.divisor if self.divisor != 1 else total
+        total = divided(total, self.divisor) if self.divisor != 1 else total
         if not self.base_last:
             return total
         return (total * self.scale if self.scale != 1.0 else total) + self.base_score

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._ir import Forest
@@ -25,5 +27,21 @@ def transform(forest: Forest, margin: torch.Tensor) -> torch.Tensor:
     if kind == "hinge":  # XGBoost binary:hinge: the class, 1.0 where the margin is > 0
         return (margin > 0).to(margin.dtype)
     if kind == "isolation":  # decision_function of IsolationForest
-        return -torch.pow(2.0, -margin / forest.isolation_norm) - forest.isolation_offset
+        return -torch.pow(2.0, divided(-margin, forest.isolation_norm)) - forest.isolation_offset
     raise AssertionError(f"unknown post transform {kind}")  # importers only emit the above
+
+
+def divided(x: torch.Tensor, by: float) -> torch.Tensor:
+    """``x / by`` correctly rounded on every device, as numpy divides.  PyTorch on CUDA
+    multiplies by the reciprocal of a divisor given as a Python number (one bit off on
+    about a quarter of the rows); a divisor that is a tensor on ``x``'s device is
+    divided by."""
+    return x / _scalar(float(by), x.dtype, x.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar(value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    made = torch.full((), value, dtype=dtype, device=device)
+    if device.type == "cuda":  # filled on this stream: done before another stream reads it
+        torch.cuda.current_stream(device).synchronize()
+    return made
