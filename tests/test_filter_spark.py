@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from scoring._engines.spark import InsideFilter
 from scoring._where import RowFilter
 from scoring.errors import FilterError
 
@@ -274,5 +275,8 @@ def test_every_predicate_keeps_spark_s_rows_or_is_refused_by_name(tmp_path: Path
     assert not differ, f"{len(differ)} of {len(texts)} keep other rows: {differ[:12]}"
     engine = {t: {r["id"] for r in on_spark if r[f"c{i}"]} for i, t in enumerate(accepted)}
     assert all(engine[t] == ours[t] for t in accepted), "the Spark engine keeps the same rows"
+    inside = {t: {r for b in InsideFilter(t)(iter(local.to_batches(max_chunksize=7)))
+                  for r in b.column("id").to_pylist()} for t in accepted}  # fmt: skip
+    assert inside == {t: ours[t] for t in accepted}, "the engine's filter class keeps them"
     kept = [t for t in accepted if theirs[t] is not None]
     assert len(texts) >= 500 and len(kept) >= 0.7 * len(texts), (len(kept), len(texts))

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 import scoring
 from scoring._engines.base import bundle_set
 from scoring._model import compile_model
-from scoring._modelset import SEPARATOR, BundleSet, compile_set, load_payload
+from scoring._modelset import SEPARATOR, BundleSet, SetScorer, compile_set, load_payload
 from scoring._scorer import Scorer
 from scoring.cli import app
 from scoring.errors import ConfigError, MissingColumnError, ModelNotFoundError, OutputError
@@ -152,6 +152,19 @@ def test_an_averaging_forest_is_scored_alone_beside_a_combined_group(
                           backend="tensor", progress=False)  # fmt: skip
     out = pq.read_table(tmp_path / "out").to_pandas()
     _assert_each_model_as_alone(out, chosen, frame)
+
+
+def test_a_set_scores_side_by_side_only_where_every_member_can(models: dict[str, Any]) -> None:
+    """Native predictors score a set's batches side by side, as they do one model's; a
+    combined forest (one torch call has the cores) takes them one at a time."""
+    pair = ("churn", "upsell")  # XGBoost: its predictor copies to one thread
+    bundles = bundle_set([{"model": models[k], "prefix": k} for k in pair])
+    combined = SetScorer(compile_set(bundles, backend="tensor", device="cpu"))
+    assert combined.model.groups and combined.allow_parallel_calls(4) == 1
+    native = SetScorer(compile_set(bundles, backend="native", device="cpu"))
+    alone = [Scorer(compile_model(models[k], backend="native")).allow_parallel_calls(4)
+             for k in pair]  # fmt: skip
+    assert not native.model.groups and native.allow_parallel_calls(4) == min(alone) > 1
 
 
 def test_a_set_payload_round_trips_and_its_key_covers_every_prefix(models: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -432,3 +433,29 @@ def test_predict_batch_udf_with_make_predict_fn(spark: Any, registry: Any, name:
         make_predict_fn(f"{name}@1", output="all", registry=registry)
     with pytest.raises(ConfigError, match="'columns' or 'array'"):
         make_predict_fn(f"{name}@1", inputs="tensor", registry=registry)
+
+
+def test_finished_tasks_advance_the_progress_while_the_job_runs() -> None:
+    """The driver polls Spark's status tracker once a second while the write runs: a
+    stage half done moves the bar by half the rows, and the end by the rest."""
+    from types import SimpleNamespace
+
+    from scoring._engines.spark import _with_progress
+
+    polled = threading.Event()
+
+    class Tracker:
+        def getActiveStageIds(self) -> list[int]:
+            return [7]
+
+        def getStageInfo(self, stage: int) -> Any:
+            polled.set()  # the write may end once the bar has been read
+            return SimpleNamespace(numTasks=4, numCompletedTasks=2)
+
+    context = SimpleNamespace(setJobGroup=lambda *a, **k: None, statusTracker=Tracker)
+    fragments = [SimpleNamespace(rows=300), SimpleNamespace(rows=500)]
+    run = SimpleNamespace(plan=SimpleNamespace(data=SimpleNamespace(fragments=fragments)))
+    advanced: list[int] = []
+    progress = SimpleNamespace(advance=advanced.append)
+    _with_progress(SimpleNamespace(sparkContext=context), lambda: polled.wait(60), run, progress)
+    assert advanced == [400, 400]

@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -359,3 +360,46 @@ def test_a_slot_that_cannot_be_made_is_not_counted() -> None:
     pending = [stager.submit(_batch(i, 8), _compute) for i in (1, 2)]  # both slots made
     assert [p.result()[1][0, 0] for p in pending] == [2.0, 4.0]
     assert device.slots_made == 2
+
+
+def test_out_of_device_memory_for_a_slot_scores_the_batch_now(
+    tmp_path: Path, in_flight: Any
+) -> None:
+    """A slot's buffers that do not fit on the device: that batch is scored at once
+    (after the allocator gives back its cache), and the run writes what it writes with
+    every batch in flight."""
+    forest = built("xgb_multi")[1]
+    data = _files(tmp_path / "in", forest)
+    device = FakeDevice(seed=5)
+    made, refused = device.slot, []
+
+    def slot(*args: Any) -> Slot:
+        if not refused:
+            refused.append(args)
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return made(*args)
+
+    device.slot = slot  # type: ignore[method-assign]
+    cm = in_flight(device)
+    scoring.score_parquet(data, tmp_path / "out", cm, keep=["id"], progress=False)
+    reference = scoring.compile(built("xgb_multi")[0], backend="tensor", device="cpu",
+                                strategy="tree_traversal")  # fmt: skip
+    scoring.score_parquet(data, tmp_path / "ref", reference, keep=["id"], progress=False)
+    got = pq.read_table(tmp_path / "out").sort_by("id")
+    assert len(refused) == 1 and got.equals(pq.read_table(tmp_path / "ref").sort_by("id"))
+    assert [s.in_flight for s in cm.implementation._stagers.values()] == [0]
+
+
+def test_a_run_stopped_while_a_batch_waits_for_a_slot_stops_that_lane_quietly() -> None:
+    """The engine's side of :class:`Stopped`: a lane whose submit gave up because the
+    run failed elsewhere ends as stopped, so that the first error is the one raised."""
+    from scoring._engines.local import _Stopped, _Submitted
+    from scoring._progress import StageClock
+
+    def gives_up(batch: Any, **options: Any) -> Any:
+        raise Stopped("the run stopped")
+
+    run = SimpleNamespace(scorer=SimpleNamespace(submit=gives_up))
+    batch = pa.record_batch({"f0": [1.0]})
+    with pytest.raises(_Stopped):
+        _Submitted(run, batch, StageClock(), threading.Event())  # type: ignore[arg-type]
