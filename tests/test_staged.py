@@ -48,11 +48,16 @@ class FakeDevice:
     still those submitted (a slot refilled too early fails its batch)."""
 
     def __init__(
-        self, *, seed: int = 0, fail_on: float | None = None, gate: threading.Event | None = None
-    ):
+        self, *, seed: int = 0, fail_on: float | None = None, gate: threading.Event | None = None,
+        fail_in_start: float | None = None, hold_copies: threading.Event | None = None,
+    ):  # fmt: skip
         self.rng = random.Random(seed)
         self.fail_on = fail_on  # a batch whose first value is this fails in compute
         self.gate = gate  # compute waits for it (a device that is busy)
+        # A batch whose first value is this fails in start once its copy-in is queued.
+        self.fail_in_start = fail_in_start
+        # Copies wait for it (a copy engine behind), or for someone to wait on the device.
+        self.hold_copies = hold_copies
         self.copies: queue.Queue[Any] = queue.Queue()
         self.computes: queue.Queue[Any] = queue.Queue()
         self.slots_made = 0
@@ -68,8 +73,19 @@ class FakeDevice:
     def start(self, slot: Slot, layout: Layout, compute: Compute) -> Any:
         marker: dict[str, Any] = {"done": threading.Event(), "error": None}
         digest = zlib.crc32(layout.block(slot.host_in).numpy().tobytes())
+        first = float(layout.matrix(slot.host_in)[0, 0]) if layout.rows else None
+        if self.fail_in_start is not None and first == self.fail_in_start:
+            self.copies.put((slot, layout, None, digest, marker))  # the copy alone
+            raise RuntimeError("the kernel could not be queued")
         self.copies.put((slot, layout, compute, digest, marker))
         return marker
+
+    def settle(self, slot: Slot) -> None:
+        if self.hold_copies is not None:
+            self.hold_copies.set()
+        reached = threading.Event()  # behind everything queued so far, on both threads
+        self.copies.put(reached)
+        assert reached.wait(_PATIENCE_S)
 
     def wait(self, marker: Any) -> None:
         assert marker["done"].wait(_PATIENCE_S)
@@ -81,16 +97,27 @@ class FakeDevice:
 
     def _copy(self) -> None:
         while True:
-            slot, layout, compute, digest, marker = self.copies.get()
+            item = self.copies.get()
+            if isinstance(item, threading.Event):
+                self.computes.put(item)
+                continue
+            slot, layout, compute, digest, marker = item
+            if self.hold_copies is not None:
+                assert self.hold_copies.wait(_PATIENCE_S)
             self._pause()
             if zlib.crc32(layout.block(slot.host_in).numpy().tobytes()) != digest:
                 self.reused_early.append(slot.number)
             layout.block(slot.device_in).copy_(layout.block(slot.host_in))
-            self.computes.put((slot, layout, compute, marker))
+            if compute is not None:
+                self.computes.put((slot, layout, compute, marker))
 
     def _compute(self) -> None:
         while True:
-            slot, layout, compute, marker = self.computes.get()
+            item = self.computes.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            slot, layout, compute, marker = item
             if self.gate is not None:
                 self.gate.wait()
             self._pause()
@@ -209,6 +236,20 @@ def test_a_stopped_run_starts_no_batch_and_cancelled_ones_free_their_slots() -> 
     stager.close()
     with pytest.raises(Stopped):
         stager.submit(_batch(4, 8), _compute)
+
+
+def test_a_batch_that_fails_to_start_keeps_its_slot_until_its_copy_has_run() -> None:
+    """A start that fails once its copy-in is queued: the slot goes back for the next
+    batch only after that copy has read its host rows."""
+    hold = threading.Event()
+    device = FakeDevice(fail_in_start=0.0, hold_copies=hold)
+    stager = _small(device)
+    with pytest.raises(RuntimeError, match="could not be queued"):
+        stager.submit(_batch(0, 8), _compute)
+    second = stager.submit(_batch(1, 8), _compute)  # in the slot given back
+    hold.set()
+    np.testing.assert_array_equal(second.result()[1], _batch(1, 8)[:, :1] * 2)
+    assert device.reused_early == [] and device.slots_made == 1
 
 
 def test_a_result_is_read_once() -> None:
@@ -403,3 +444,40 @@ def test_a_run_stopped_while_a_batch_waits_for_a_slot_stops_that_lane_quietly() 
     batch = pa.record_batch({"f0": [1.0]})
     with pytest.raises(_Stopped):
         _Submitted(run, batch, StageClock(), threading.Event())  # type: ignore[arg-type]
+
+
+class _HostStagedBackend(TensorBackend):
+    """The CPU tensor backend staging a batch that is scored now as a CUDA one does:
+    host rows, then a copy queued without blocking.  Its fake copy reads the host rows
+    as late as a real one may, when the kernel runs (the device rows alias them), and
+    two lanes both fill their host rows before either copy is queued."""
+
+    both_filled: threading.Barrier
+
+    def _stages_through_host(self) -> bool:
+        return True
+
+    def _copied_in(self, block: torch.Tensor) -> torch.Tensor:
+        self.both_filled.wait(_PATIENCE_S)
+        return block
+
+
+def test_two_lanes_scored_outside_the_slots_at_once_keep_their_own_rows() -> None:
+    """A batch larger than a slot, or one whose slot ran out of device memory, is scored
+    now: two lanes doing so at once must not copy each other's rows."""
+    model, forest, _ = built("xgb_multi")
+    cm = scoring.compile(model, backend="tensor", device="cpu", strategy="tree_traversal")
+    reference = cm.implementation
+    backend = scoring.compile(model, backend="tensor", device="cpu",
+                              strategy="tree_traversal").implementation  # fmt: skip
+    backend.__class__ = _HostStagedBackend
+    backend.both_filled = threading.Barrier(2)
+    batches = [probe_rows(forest, n_rows=300, seed=s, special=False).astype(np.float32)
+               for s in (1, 2)]  # fmt: skip
+    features = pa.table({"f0": [0.0]})
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda x: backend.score(features, x, raw=True), batches))
+    for x, (values, margins) in zip(batches, got, strict=True):
+        want_values, want_margins = reference.score(features, x, raw=True)
+        np.testing.assert_array_equal(margins, want_margins)
+        np.testing.assert_array_equal(values, want_values)

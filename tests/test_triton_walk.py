@@ -23,7 +23,13 @@ import pytest
 import torch
 
 from scoring._compiler import triton_walk
-from scoring._compiler.triton_walk import MAX_TOP, TritonSchedule, build_for, choose_schedule
+from scoring._compiler.triton_walk import (
+    MAX_TOP,
+    TritonSchedule,
+    TritonWalk,
+    build_for,
+    choose_schedule,
+)
 from scoring.errors import CompileError
 
 from .conftest import RECIPES, built
@@ -90,6 +96,19 @@ def test_triton_on_cpu_without_the_interpreter_says_how() -> None:
         import scoring
 
         scoring.compile(built("xgb_clf")[0], device="cpu", strategy="triton")
+
+
+def test_rows_narrowed_on_the_host_are_not_checked_again_on_the_device() -> None:
+    """A batch in flight was narrowed on the host where it could be: inside
+    ``checked_on_host`` float64 rows stay float64 (asking the device would wait for the
+    stream's queued work); outside, float64 rows of float32 values are narrowed."""
+    walk = object.__new__(TritonWalk)  # its rows alone: no kernel, no interpreter
+    walk.device = torch.device("cpu")
+    rows = torch.tensor([[0.5, 1.0], [2.0, float("nan")]], dtype=torch.float64)
+    assert walk._input(rows).dtype == torch.float32
+    with triton_walk.checked_on_host():
+        assert walk._input(rows).dtype == torch.float64
+    assert walk._input(rows).dtype == torch.float32
 
 
 # -- every variant builds for Ampere and Hopper ----------------------------------------------

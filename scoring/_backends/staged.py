@@ -127,6 +127,10 @@ class Device(Protocol):
         """Block until the steps behind ``marker`` are done; raise the error of one
         that failed."""
 
+    def settle(self, slot: Slot) -> None:
+        """Block until no step queued on ``slot``'s buffers still runs: a ``start``
+        that failed may have queued its copy-in, which reads the host rows later."""
+
 
 class Stager:
     """A pool of slots on one device; see the module docstring."""
@@ -162,7 +166,10 @@ class Stager:
                 layout.matrix(slot.host_in).copy_(torch.as_tensor(as_rows(rows)))
             marker = self.device.start(slot, layout, compute)
         except BaseException:
-            self._give_back(slot)
+            try:  # refilled only once nothing queued reads it
+                self.device.settle(slot)
+            finally:
+                self._give_back(slot)
             raise
         return _InFlight(self, slot, n, marker)
 
@@ -258,8 +265,12 @@ class CudaDevice:
 
     def slot(self, number: int, rows: int, features: int, dtype: torch.dtype) -> Slot:
         host = torch.empty(rows * features, dtype=dtype, pin_memory=True)
-        return Slot(number, rows, host,
-                    torch.empty(rows * features, dtype=dtype, device=self.device))  # fmt: skip
+        device_in = torch.empty(rows * features, dtype=dtype, device=self.device)
+        # Made on the current stream, used on these two: when a slot is dropped, the
+        # allocator reuses its memory only after their queued work has run.
+        device_in.record_stream(self.copy_stream)
+        device_in.record_stream(self.compute_stream)
+        return Slot(number, rows, host, device_in)
 
     def start(self, slot: Slot, layout: Layout, compute: Compute) -> Any:
         with torch.cuda.stream(self.copy_stream):  # one contiguous copy, either layout
@@ -278,6 +289,10 @@ class CudaDevice:
 
     def wait(self, marker: Any) -> None:
         marker.synchronize()
+
+    def settle(self, slot: Slot) -> None:
+        self.copy_stream.synchronize()
+        self.compute_stream.synchronize()
 
 
 def _fit_outputs(slot: Slot, outputs: Sequence[torch.Tensor], *, pinned: bool) -> None:

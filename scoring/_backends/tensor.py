@@ -28,6 +28,7 @@ from .._compiler import compile_forest, transform
 from .._compiler.contributions import Contributions
 from .._compiler.generic import GenericWalk, narrowed, torch_on_caller
 from .._compiler.kernel import CompiledKernel, Kernel, WalkKernel
+from .._compiler.triton_walk import checked_on_host
 from .._inputs import Columns
 from .._ir import Forest
 from .._outputs import predictions, probabilities, squeeze
@@ -96,7 +97,6 @@ class TensorBackend:
         self.takes_columns = bool(getattr(self.module, "takes_columns", False))
         on_cuda = device.type == "cuda"
         self.batch_rows = cuda_batch_rows(forest, device) if on_cuda else CPU_BATCH_ROWS
-        self._pinned: torch.Tensor | None = None
         #: Batches a CUDA device holds at once (:meth:`submit`); the engine sets it from
         #: its file lanes (two each) before the first batch: :meth:`allow_in_flight`.
         self.in_flight = 2
@@ -208,10 +208,7 @@ class TensorBackend:
             torch.cuda.empty_cache()
             half = len(mat) // 2
             self.batch_rows = max(MIN_BATCH_ROWS, half)  # later batches start smaller
-            first = self._halving(mat[:half])
-            if self.device.type == "cuda":  # the next half is staged in the same pinned rows
-                torch.cuda.synchronize(self.device)
-            return torch.cat([first, self._halving(mat[half:])])
+            return torch.cat([self._halving(mat[:half]), self._halving(mat[half:])])
 
     def _margins_once(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
         return self.module(self._staged(mat))
@@ -246,7 +243,8 @@ class TensorBackend:
             return Ready(self.score(features, mat, raw=raw))
 
         def compute(x: torch.Tensor) -> list[torch.Tensor]:
-            margins = self.module(x)
+            with checked_on_host():  # narrowed above: no read-back inside the stream
+                margins = self.module(x)
             values = transform(self.forest, margins)
             return [values, margins] if raw else [values]
 
@@ -309,26 +307,35 @@ class TensorBackend:
             return stager
 
     def _staged(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor | Columns:
-        """On CUDA, host rows copied through a reused pinned buffer, without blocking (a
-        batch of columns feature-major, as it came); on CPU, the rows as they are."""
-        if self.device.type != "cuda":
+        """On CUDA, host rows copied through pinned rows of their own, without blocking (a
+        batch of columns feature-major, as it came); on CPU, the rows as they are.
+
+        Own rows per call, never a buffer kept for the next: lanes fall back here side by
+        side (a batch larger than a slot, a slot out of device memory), and a copy queued
+        without blocking reads its host rows later.  PyTorch's pinned allocator hands a
+        block out again only once the copies queued from it have run."""
+        if not self._stages_through_host():
             return mat if isinstance(mat, Columns) else torch.as_tensor(mat)
         if isinstance(mat, torch.Tensor) and mat.device.type != "cpu":
             return mat
         n, features = mat.shape
-        dtype = torch_dtype(mat)
-        pinned = self._pinned
-        if pinned is None or pinned.numel() < n * features or pinned.dtype != dtype:
-            pinned = torch.empty(max(n, self.batch_rows) * features, dtype=dtype,
-                                 pin_memory=True)  # fmt: skip
-            self._pinned = pinned
         layout = Layout(n, features, isinstance(mat, Columns))
+        host = self._host_rows(n * features, torch_dtype(mat))
         if isinstance(mat, Columns):
-            mat.into(layout.block(pinned).numpy())
+            mat.into(layout.block(host).numpy())
         else:
-            layout.matrix(pinned).copy_(torch.as_tensor(mat))
-        block = layout.block(pinned).to(self.device, non_blocking=True)
+            layout.matrix(host).copy_(torch.as_tensor(mat))
+        block = self._copied_in(layout.block(host))
         return block.t() if layout.feature_major else block
+
+    def _stages_through_host(self) -> bool:
+        return self.device.type == "cuda"
+
+    def _host_rows(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(numel, dtype=dtype, pin_memory=self.device.type == "cuda")
+
+    def _copied_in(self, block: torch.Tensor) -> torch.Tensor:
+        return block.to(self.device, non_blocking=True)
 
 
 def _kernel(module: torch.nn.Module) -> Kernel | None:

@@ -28,13 +28,15 @@ machine without a GPU, with the registers and stack bytes of the cubin Triton bu
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -49,7 +51,25 @@ from ..errors import CompileError, DependencyError
 from .generic import _linked_tables, _top_tables
 from .kernels import ZERO_THRESHOLD
 
-__all__ = ["TritonSchedule", "TritonWalk", "build_for", "interpreting", "kernel"]
+__all__ = [
+    "TritonSchedule", "TritonWalk", "build_for", "checked_on_host", "interpreting", "kernel",
+]  # fmt: skip
+
+#: Set while float64 rows were already narrowed where they could be, on the host.
+_CHECKED_ON_HOST = contextvars.ContextVar("checked_on_host", default=False)
+
+
+@contextlib.contextmanager
+def checked_on_host() -> Iterator[None]:
+    """Walks in this block take float64 rows as float64: the caller narrowed on the host
+    every batch whose values are all float32 values, so the device is not asked again
+    (that check reads a flag back, which would wait for the stream's queued work)."""
+    token = _CHECKED_ON_HOST.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED_ON_HOST.reset(token)
+
 
 #: Deepest heap-ordered top: 2**8 positions per tree, unrolled in the program.
 MAX_TOP = 8
@@ -203,7 +223,8 @@ class TritonWalk:
     def _input(self, x: torch.Tensor | Columns) -> torch.Tensor:
         """Rows on the device, float64 ones narrowed to float32 where no value changes.
         That check reads a flag back from the device; batches in flight are narrowed on
-        the host before they are copied (``TensorBackend.submit``), so it is not made.
+        the host before they are copied (``TensorBackend.submit``), so under
+        :func:`checked_on_host` it is not made.
         Feature-major rows stay feature-major (the kernel reads either by its strides)."""
         if isinstance(x, Columns):
             cols = x.narrowed()
@@ -213,9 +234,10 @@ class TritonWalk:
         rows = x.detach().to(self.device)
         if rows.dtype != torch.float32:
             rows = rows.to(torch.float64)
-            as32 = rows.float()
-            if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
-                rows = as32
+            if not _CHECKED_ON_HOST.get():
+                as32 = rows.float()
+                if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
+                    rows = as32
         return rows if _feature_major(rows) else rows.contiguous()
 
 
