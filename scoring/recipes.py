@@ -48,6 +48,10 @@ class Recipe:
     #: a pandas category column, for a Pipeline's encoder.
     text: bool = False
     params: dict[str, Any] = field(default_factory=dict)
+    #: Columns 1 and 2 rounded to whole numbers: XGBoost's histogram then splits at 0,
+    #: stored as the float32 denormal -1.4e-45 (a build that flushes denormals to zero
+    #: sends every 0 the other way), and rows hold -0.0.
+    rounded: bool = False
     #: A scikit-learn meta-estimator the model is fitted through (see :func:`_wrapped`).
     wrapper: str = ""
 
@@ -75,6 +79,8 @@ def make_data(
     X = rng.normal(size=(n, f))
     if recipe.categorical:
         X[:, 0] = rng.integers(0, 12, n)
+    if recipe.rounded:
+        X[:, 1:3] = np.round(X[:, 1:3])
     signal = (
         X[:, 1] + 0.5 * X[:, 2] ** 2 + (np.isin(X[:, 0], [1, 4, 7]) if recipe.categorical else 0)
     )
@@ -280,6 +286,7 @@ SMALL_RECIPES: list[Recipe] = [
     _r("sk_iforest", "sklearn", "IsolationForest", "anomaly", params={"max_samples": 128}),
     _r("xgb_clf", "xgboost", "XGBClassifier", "binary"),
     _r("xgb_multi", "xgboost", "XGBClassifier", "multiclass"),
+    _r("xgb_zero_split", "xgboost", "XGBClassifier", "binary", rounded=True),
     _r("xgb_one", "xgboost", "XGBClassifier", "one_class"),
     _r("xgb_softmax", "xgboost", "Booster", "multiclass",
        params={"objective": "multi:softmax", "num_class": 3}),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,6 +138,29 @@ def test_every_variant_builds_without_spills_or_fma(capability: int) -> None:
         assert build.spills == 0, (variant, build.registers, build.spills)
         assert 0 < build.registers <= 255, variant
         assert "fma." not in build.ptx, variant  # trees added one rounding at a time
+        assert _machine_code_faults(build) == [], variant
+
+
+def _machine_code_faults(build: Any) -> list[str]:
+    """What the SASS must not hold: a fused multiply-add (one rounding where native has
+    two), a flush of denormals to zero (XGBoost's split at 0 is the threshold
+    -1.4e-45), a divergent-branch barrier (the walk's rows step in lockstep)."""
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", build.sass)
+    assert len(ops) > 100, build.sass[:300]  # the kernel's instructions were read
+    faults = [op for op in ops if op.split(".")[0] in ("FFMA", "DFMA", "HFMA2", "BSSY",
+                                                       "BSYNC")]  # fmt: skip
+    faults += [op for op in ops if ".FTZ" in op]
+    return faults + (["ftz in the PTX"] if ".ftz" in build.ptx else [])
+
+
+def test_the_machine_code_check_finds_a_fused_multiply_add() -> None:
+    """The check above can fail: the same kernel built with fusion allowed."""
+    from dataclasses import replace
+
+    build = build_for(90, TOP=1, BLOCK=128, BEFORE_TRUNC=False, x="fp32", acc="fp32",
+                      ZERO=False, CAT=False, VECTOR=False, LEAVES=False)  # fmt: skip
+    fused = replace(build, sass=build.sass + "\n        /*0a10*/   FFMA R1, R2, R3, R4 ;")
+    assert _machine_code_faults(build) == [] and _machine_code_faults(fused) == ["FFMA"]
 
 
 @pytest.mark.parametrize("capability", [80, 90])

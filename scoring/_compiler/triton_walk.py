@@ -346,13 +346,15 @@ def _device_seconds(run: Callable[[], None]) -> float:
 
 @dataclass(frozen=True)
 class Build:
-    """One variant built for one target: its PTX, and the registers and stack bytes
-    (spills: the walk keeps no arrays) of the cubin Triton built from it."""
+    """One variant built for one target: its PTX, the machine code (SASS) of the cubin
+    Triton built from it, and that cubin's registers and stack bytes (spills: the walk
+    keeps no arrays)."""
 
     target: str
     registers: int
     spills: int
     ptx: str
+    sass: str
 
 
 def variant_signature(*, x: str, acc: str) -> dict[str, str]:
@@ -383,21 +385,26 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     source = ASTSource(fn=kernel(), signature=signature, constexprs=dict(constexprs))
     options = {"num_warps": warps, **_launch_options(compiling=True)}
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
-    registers, stack = _resources(compiled.asm["cubin"])
-    return Build(f"sm_{capability}", registers, stack, compiled.asm["ptx"])
+    usage, sass = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage", "--dump-sass")
+    registers, stack = _resources(usage)
+    return Build(f"sm_{capability}", registers, stack, compiled.asm["ptx"], sass)
 
 
-def _resources(cubin: bytes) -> tuple[int, int]:
-    """Registers and stack bytes of the one kernel in ``cubin`` (cuobjdump's report)."""
+def _cuobjdump(cubin: bytes, *reports: str) -> list[str]:
+    """cuobjdump's ``reports`` of ``cubin``, one run each."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "walk.cubin"
         path.write_bytes(cubin)
-        done = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", str(path)],
-                              capture_output=True, text=True)  # fmt: skip
-    usage = re.search(r"REG:(\d+) STACK:(\d+)", done.stdout)
-    if usage is None:
-        raise CompileError(f"cuobjdump reported no resource usage: {done.stderr.strip()[:200]}")
-    return int(usage.group(1)), int(usage.group(2))
+        return [subprocess.run([_tool("cuobjdump"), report, str(path)], capture_output=True,
+                               text=True).stdout for report in reports]  # fmt: skip
+
+
+def _resources(usage: str) -> tuple[int, int]:
+    """Registers and stack bytes of the one kernel in a resource-usage report."""
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    if found is None:
+        raise CompileError(f"cuobjdump reported no resource usage: {usage.strip()[:200]}")
+    return int(found.group(1)), int(found.group(2))
 
 
 def _tool(name: str) -> str:
