@@ -166,11 +166,15 @@ def test_the_machine_code_check_finds_a_fused_multiply_add() -> None:
 @pytest.mark.parametrize("capability", [80, 90])
 def test_every_top_and_category_rule_builds(capability: int) -> None:
     """No top (a purely linked walk), one level, the deepest; categories checked before
-    truncation (scikit-learn's rule) or after (LightGBM's)."""
+    truncation (scikit-learn's rule) or after (LightGBM's); 64-bit offsets."""
     for top, before in itertools.product((0, 1, MAX_TOP), (False, True)):
         build = build_for(capability, TOP=top, BLOCK=128, BEFORE_TRUNC=before, x="fp64",
                           acc="fp64", ZERO=True, CAT=True, VECTOR=False, LEAVES=False)  # fmt: skip
         assert build.spills == 0, (top, before, build.registers)
+    for x in ("fp32", "fp64"):  # offsets into a batch past 2**31 values: 64-bit
+        build = build_for(capability, TOP=MAX_TOP, BLOCK=256, BEFORE_TRUNC=False, x=x, acc=x,
+                          ZERO=True, CAT=True, VECTOR=True, LEAVES=False, OFF32=False)  # fmt: skip
+        assert build.spills == 0 and _machine_code_faults(build) == [], (x, build.registers)
 
 
 def test_the_build_reports_spills() -> None:

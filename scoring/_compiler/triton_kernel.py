@@ -2,7 +2,10 @@
 imports this module only when a kernel is needed: Triton is optional on CPU).
 
 Node words are walk.cpp's: the feature in the low 28 bits, then default-left (bit 28),
-missing-as-zero (29) and categorical (30).
+missing-as-zero (29) and categorical (30); default-left is copied to the sign bit (31),
+which the walk tests.  A node is read in one 8-byte load where it
+fits: a top node's word beside its float32 threshold (``top_word``, float32 rows), a
+linked node's word beside its first child (``link_word``).
 """
 
 import triton
@@ -11,11 +14,12 @@ import triton.language as tl
 
 @triton.jit
 def _goes_left(v, th, p, zero, ZERO: tl.constexpr):  # NodeTest without categories
-    left = v <= th
-    missing = v != v
+    default_left = p < 0  # bit 28 copied to the sign
     if ZERO:
-        missing = missing | (((p & (1 << 29)) != 0) & (tl.abs(v) <= zero))
-    left = tl.where(missing, (p & (1 << 28)) != 0, left)
+        missing = (v != v) | (((p & (1 << 29)) != 0) & (tl.abs(v) <= zero))
+        left = tl.where(missing, default_left, v <= th)
+    else:  # the same test: NaN is not <= th, so only the default sends it left
+        left = (v <= th) | (default_left & (v != v))
     return left
 
 
@@ -40,45 +44,64 @@ def _category_left(v, left, p, n, cat_row, cat_unknown_left, bits_left, bits_kno
 
 @triton.jit
 def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
-         top_packed, top_threshold, top_node, top_exit, tree_levels,
-         packed, threshold, child, value, native_id, tree_order, tree_from, tree_to,
+         top_packed, top_threshold, top_word, top_node, top_exit, tree_levels,
+         link_word, threshold, value, native_id, tree_order, tree_from, tree_to,
          cat_row, cat_unknown_left, bits_left, bits_known,
          n_trees, n_outputs, words,
          TOP: tl.constexpr, BLOCK: tl.constexpr, ZERO: tl.constexpr, CAT: tl.constexpr,
-         BEFORE_TRUNC: tl.constexpr, VECTOR: tl.constexpr, LEAVES: tl.constexpr):  # fmt: skip
+         BEFORE_TRUNC: tl.constexpr, VECTOR: tl.constexpr, LEAVES: tl.constexpr,
+         WORD: tl.constexpr, OFF32: tl.constexpr):  # fmt: skip
     """Program (i, k): rows [i * BLOCK, (i + 1) * BLOCK) through the trees that add to
     output k, in tree order, onto ``out[:, k]`` (or, with LEAVES, each row's native leaf
-    id per tree into ``leaf_out``, program axis 1 of size one)."""
+    id per tree into ``leaf_out``, program axis 1 of size one).  WORD: the top is read
+    from ``top_word`` (float32 rows), else from ``top_packed`` and ``top_threshold``.
+    OFF32: every offset into ``x`` fits 32 bits (one multiply-add, not wide ones)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     k = tl.program_id(1)
     live = rows < n_rows
-    x_row = x + rows * stride_row
+    # Lanes past the last row read row 0 (unmasked loads); nothing of theirs is stored.
+    if OFF32:  # every offset into x within 32 bits: one multiply-add per value read
+        row_at = tl.where(live, rows, 0).to(tl.int32) * stride_row.to(tl.int32)
+        feature_step = stride_feature.to(tl.int32)
+    else:
+        row_at = tl.where(live, rows, 0) * stride_row
+        feature_step = stride_feature.to(tl.int64)
     zero = tl.load(zero_ptr)
     if not LEAVES:
         acc = tl.load(out + rows * n_outputs + k, mask=live, other=0)
     inner: tl.constexpr = (1 << TOP) - 1
     for i in range(tl.load(tree_from + k), tl.load(tree_to + k)):
         t = tl.load(tree_order + i)
-        node = tl.zeros([BLOCK], dtype=tl.int32)
-        for _level in tl.static_range(TOP):  # the heap-ordered top: index arithmetic
-            n = t * inner + node
-            p = tl.load(top_packed + n)
-            v = tl.load(x_row + (p & 0xFFFFFFF).to(tl.int64) * stride_feature, mask=live, other=0)
-            left = _goes_left(v, tl.load(top_threshold + n), p, zero, ZERO)
+        # The heap-ordered top by index arithmetic on the top tables' own index n: the
+        # children of the tree's local node j are 2j + 1 and 2j + 2, so those of
+        # n = t * inner + j are 2n + 1 - t * inner and one more.
+        twice = 2 - t * inner
+        n = tl.zeros([BLOCK], dtype=tl.int32) + t * inner
+        for _level in tl.static_range(TOP):
+            if WORD:  # low half the node's word, high half its threshold's bits
+                w = tl.load(top_word + n)
+                p = w.to(tl.int32)
+                th = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+            else:
+                p = tl.load(top_packed + n)
+                th = tl.load(top_threshold + n)
+            v = tl.load(x + (row_at + (p & 0xFFFFFFF) * feature_step))
+            left = _goes_left(v, th, p, zero, ZERO)
             if CAT:
                 left = _category_left(v, left, p, tl.load(top_node + n), cat_row,
                                       cat_unknown_left, bits_left, bits_known, words,
                                       BEFORE_TRUNC)  # fmt: skip
-            node = 2 * node + 2 - left.to(tl.int32)
-        node = tl.load(top_exit + t * (inner + 1) + node - inner)
+            n = 2 * n + twice - left.to(tl.int32)
+        node = tl.load(top_exit + n + t - inner)  # t * (inner + 1) + (n - t * inner) - inner
         for _level in range(tl.load(tree_levels + t)):  # linked: first child + the test
-            p = tl.load(packed + node)
-            v = tl.load(x_row + (p & 0xFFFFFFF).to(tl.int64) * stride_feature, mask=live, other=0)
+            w = tl.load(link_word + node)  # low half the node's word, high half its child
+            p = w.to(tl.int32)
+            v = tl.load(x + (row_at + (p & 0xFFFFFFF) * feature_step))
             left = _goes_left(v, tl.load(threshold + node), p, zero, ZERO)
             if CAT:
                 left = _category_left(v, left, p, node, cat_row, cat_unknown_left, bits_left,
                                       bits_known, words, BEFORE_TRUNC)  # fmt: skip
-            node = tl.load(child + node) + 1 - left.to(tl.int32)
+            node = (w >> 32).to(tl.int32) + 1 - left.to(tl.int32)
         if LEAVES:
             tl.store(leaf_out + rows * n_trees + t, tl.load(native_id + node), mask=live)
         elif VECTOR:

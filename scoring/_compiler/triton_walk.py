@@ -153,8 +153,10 @@ class TritonWalk:
     def tables(self, top_depth: int) -> dict[str, torch.Tensor]:
         """The device tables for a top of ``top_depth`` levels (built once each)."""
         if top_depth not in self._tables:
-            host = {**self._linked, **_top_tables(self._linked, top_depth),
-                    **_tree_ranges(self.forest, self._linked)}  # fmt: skip
+            linked = {**self._linked, "packed": _default_in_sign(self._linked["packed"])}
+            top = _top_tables(linked, top_depth)
+            host = {**linked, **top, **_node_words(linked, top),
+                    **_tree_ranges(self.forest, linked)}  # fmt: skip
             self._tables[top_depth] = {k: _on(v, self.device) for k, v in host.items()}
         return self._tables[top_depth]
 
@@ -193,19 +195,21 @@ class TritonWalk:
             out if out is not None else t["value"],  # neither is written to ...
             leaves if leaves is not None else t["child"],  # ... unless given
             self._zero(rows.dtype),
-            t["top_packed"], t["top_thr64" if x64 else "top_thr32"], t["top_node"],
-            t["top_exit"], t["tree_levels"],
-            t["packed"], t["thr64" if x64 else "thr32"], t["child"], t["value"].reshape(-1),
+            t["top_packed"], t["top_thr64" if x64 else "top_thr32"], t["top_word"],
+            t["top_node"], t["top_exit"], t["tree_levels"],
+            t["link_word"], t["thr64" if x64 else "thr32"], t["value"].reshape(-1),
             t["native_id"], t["tree_order"], t[span[0]], t[span[1]],
             t["cat_row"], t["cat_unknown_left"], t["bits_left"], t["bits_known"],
             self.forest.n_trees, k, int(t["bits_left"].shape[1]),
-            **self.variant(schedule, leaves=leaves is not None),
+            **self.variant(schedule, leaves=leaves is not None), WORD=not x64,
+            OFF32=(n - 1) * stride_row + (rows.shape[1] - 1) * stride_feature < OFF32_LIMIT,
             num_warps=schedule.warps, **_launch_options(),
         )  # fmt: skip
 
     def variant(self, schedule: TritonSchedule, *, leaves: bool = False) -> dict[str, int | bool]:
-        """The kernel's constexprs for this forest under ``schedule`` (what
-        :func:`build_for` takes to build the same variant for another target)."""
+        """The kernel's constexprs for this forest under ``schedule``, but the rows'
+        (``WORD``: float32 rows; ``OFF32``: feature offsets within 32 bits); what
+        :func:`build_for` takes to build the same variant for another target."""
         return dict(TOP=schedule.top_depth, BLOCK=schedule.block,
                     ZERO=bool(self.forest.has_missing_zero),
                     CAT=bool(self.forest.has_categorical),
@@ -241,6 +245,31 @@ class TritonWalk:
         return rows if _feature_major(rows) else rows.contiguous()
 
 
+def _default_in_sign(packed: np.ndarray) -> np.ndarray:
+    """walk.cpp's node words with the default-left bit (28) copied to the sign bit: the
+    kernel tests it as ``p < 0``, one instruction where a bit test takes two."""
+    words = packed.astype(np.int32)
+    return words | np.where((words >> 28) & 1 != 0, np.int32(np.iinfo(np.int32).min), 0)
+
+
+def _node_words(linked: dict[str, np.ndarray], top: dict[str, np.ndarray]
+                ) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each node in one 8-byte word, low half its packed test: beside a top node's
+    float32 threshold's bits (``top_word``) and a linked node's first child
+    (``link_word``)."""
+    return {"top_word": _halves(top["top_thr32"].view(np.uint32), top["top_packed"]),
+            "link_word": _halves(linked["child"], linked["packed"])}  # fmt: skip
+
+
+def _halves(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """int64 words of two 32-bit halves (read back by the kernel's shift and truncation)."""
+
+    def bits(a: np.ndarray) -> np.ndarray:
+        return a.astype(np.uint32).astype(np.uint64)
+
+    return np.ascontiguousarray(((bits(high) << np.uint64(32)) | bits(low)).view(np.int64))
+
+
 def _feature_major(rows: torch.Tensor) -> bool:
     """Whether one feature of consecutive rows is contiguous (``[F, B]`` memory, viewed
     as ``[B, F]``)."""
@@ -254,6 +283,9 @@ def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:
         array = array.view(np.int32)
     return torch.from_numpy(np.ascontiguousarray(array)).to(device)
 
+
+#: Past this many elements, offsets into a batch's rows are computed in 64 bits.
+OFF32_LIMIT = 2**31
 
 #: A ceiling for ptxas's register allocator.  Without one, ptxas 13 (Triton 3.9) put
 #: some variants at 32-48 registers with 16-32 bytes spilled to the stack; with it, the
@@ -364,8 +396,8 @@ def variant_signature(*, x: str, acc: str) -> dict[str, str]:
     return {
         "x": ptr[x], "stride_row": "i64", "stride_feature": "i64", "n_rows": "i32",
         "out": ptr[acc], "leaf_out": "*i32", "zero_ptr": ptr[x],
-        "top_packed": "*i32", "top_threshold": ptr[x], "top_node": "*i32", "top_exit": "*i32",
-        "tree_levels": "*i32", "packed": "*i32", "threshold": ptr[x], "child": "*i32",
+        "top_packed": "*i32", "top_threshold": ptr[x], "top_word": "*i64", "top_node": "*i32",
+        "top_exit": "*i32", "tree_levels": "*i32", "link_word": "*i64", "threshold": ptr[x],
         "value": ptr[acc], "native_id": "*i32", "tree_order": "*i32", "tree_from": "*i32",
         "tree_to": "*i32", "cat_row": "*i32",
         "cat_unknown_left": "*u8", "bits_left": "*i32", "bits_known": "*i32",
@@ -381,6 +413,7 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    constexprs = {"WORD": x == "fp32", "OFF32": True, **constexprs}  # as a launch sets them
     signature = {**variant_signature(x=x, acc=acc), **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(fn=kernel(), signature=signature, constexprs=dict(constexprs))
     options = {"num_warps": warps, **_launch_options(compiling=True)}
