@@ -20,16 +20,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 from scoring._compiler import triton_walk
+from scoring._compiler.generic import _linked_tables
 from scoring._compiler.triton_walk import (
     MAX_TOP,
     TritonSchedule,
     TritonWalk,
     build_for,
     choose_schedule,
+    visit_costs,
+    walked_once,
 )
 from scoring.errors import CompileError
 
@@ -153,6 +157,30 @@ def _machine_code_faults(build: Any) -> list[str]:
     return faults + (["ftz in the PTX"] if ".ftz" in build.ptx else [])
 
 
+@pytest.mark.parametrize("capability", [80, 90])
+def test_a_node_visit_of_xgboost_s_variant_takes_14_instructions_and_2_loads(
+    capability: int,
+) -> None:
+    """The variant an H200 measured for xgb_500x8 (a top of eight levels, 128 rows per
+    program, float32): one 8-byte load of the node, one of the row's value."""
+    costs = visit_costs(capability, TOP=MAX_TOP, BLOCK=128, BEFORE_TRUNC=False, x="fp32",
+                        acc="fp32", ZERO=False, CAT=False, VECTOR=False, LEAVES=False)  # fmt: skip
+    assert costs.top_instructions <= 14 and costs.top_loads == 2, costs
+    assert costs.linked_loads == 3 and costs.linked_instructions <= 22, costs
+
+
+def test_a_binary_random_forest_walks_each_tree_once() -> None:
+    """Vector leaves of up to eight outputs: one program adds every output's leaf, where
+    one program per output walked every tree once per output."""
+    walk = object.__new__(TritonWalk)  # its variant alone: no kernel, no interpreter
+    walk.forest = built("sk_et_clf")[1]
+    walk._linked = _linked_tables(walk.forest, np.dtype(np.float64))
+    assert walk.forest.n_outputs == 2
+    assert walk.variant(TritonSchedule(MAX_TOP, 128, 4, True))["OUTPUTS"] == 2
+    assert walked_once(np.zeros((4, 3))) == 4 and walked_once(np.zeros((4, 9))) == 0
+    assert walked_once(np.zeros(4)) == 0
+
+
 def test_the_machine_code_check_finds_a_fused_multiply_add() -> None:
     """The check above can fail: the same kernel built with fusion allowed."""
     from dataclasses import replace
@@ -171,6 +199,11 @@ def test_every_top_and_category_rule_builds(capability: int) -> None:
         build = build_for(capability, TOP=top, BLOCK=128, BEFORE_TRUNC=before, x="fp64",
                           acc="fp64", ZERO=True, CAT=True, VECTOR=False, LEAVES=False)  # fmt: skip
         assert build.spills == 0, (top, before, build.registers)
+    for outputs in (0, 8):  # vector leaves: one program per output, eight outputs at once
+        build = build_for(capability, TOP=MAX_TOP, BLOCK=256, BEFORE_TRUNC=False, x="fp64",
+                          acc="fp64", ZERO=True, CAT=True, VECTOR=True, LEAVES=False,
+                          OUTPUTS=outputs)  # fmt: skip
+        assert build.spills == 0 and _machine_code_faults(build) == [], (outputs, build.registers)
     for x in ("fp32", "fp64"):  # offsets into a batch past 2**31 values: 64-bit
         build = build_for(capability, TOP=MAX_TOP, BLOCK=256, BEFORE_TRUNC=False, x=x, acc=x,
                           ZERO=True, CAT=True, VECTOR=True, LEAVES=False, OFF32=False)  # fmt: skip

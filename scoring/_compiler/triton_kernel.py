@@ -50,12 +50,15 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
          n_trees, n_outputs, words,
          TOP: tl.constexpr, BLOCK: tl.constexpr, ZERO: tl.constexpr, CAT: tl.constexpr,
          BEFORE_TRUNC: tl.constexpr, VECTOR: tl.constexpr, LEAVES: tl.constexpr,
-         WORD: tl.constexpr, OFF32: tl.constexpr):  # fmt: skip
+         WORD: tl.constexpr, OFF32: tl.constexpr, OUTPUTS: tl.constexpr):  # fmt: skip
     """Program (i, k): rows [i * BLOCK, (i + 1) * BLOCK) through the trees that add to
     output k, in tree order, onto ``out[:, k]`` (or, with LEAVES, each row's native leaf
     id per tree into ``leaf_out``, program axis 1 of size one).  WORD: the top is read
     from ``top_word`` (float32 rows), else from ``top_packed`` and ``top_threshold``.
-    OFF32: every offset into ``x`` fits 32 bits (one multiply-add, not wide ones)."""
+    OFF32: every offset into ``x`` fits 32 bits (one multiply-add, not wide ones).
+    OUTPUTS: vector leaves walked once, every output's sum in a column of a
+    ``[BLOCK, OUTPUTS]`` accumulator (OUTPUTS a power of two, at least n_outputs; 0: one
+    program per output, as for scalar leaves)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     k = tl.program_id(1)
     live = rows < n_rows
@@ -67,7 +70,12 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
         row_at = tl.where(live, rows, 0) * stride_row
         feature_step = stride_feature.to(tl.int64)
     zero = tl.load(zero_ptr)
-    if not LEAVES:
+    if OUTPUTS:
+        column = tl.arange(0, OUTPUTS)
+        cell = rows[:, None] * n_outputs + column[None, :]
+        is_output = column[None, :] < n_outputs
+        acc = tl.load(out + cell, mask=live[:, None] & is_output, other=0)
+    elif not LEAVES:
         acc = tl.load(out + rows * n_outputs + k, mask=live, other=0)
     inner: tl.constexpr = (1 << TOP) - 1
     for i in range(tl.load(tree_from + k), tl.load(tree_to + k)):
@@ -104,9 +112,14 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
             node = (w >> 32).to(tl.int32) + 1 - left.to(tl.int32)
         if LEAVES:
             tl.store(leaf_out + rows * n_trees + t, tl.load(native_id + node), mask=live)
+        elif OUTPUTS:
+            at = node.to(tl.int64)[:, None] * n_outputs + column[None, :]
+            acc += tl.load(value + at, mask=is_output, other=0)
         elif VECTOR:
             acc += tl.load(value + node.to(tl.int64) * n_outputs + k)
         else:
             acc += tl.load(value + node)
-    if not LEAVES:
+    if OUTPUTS:
+        tl.store(out + cell, acc, mask=live[:, None] & is_output)
+    elif not LEAVES:
         tl.store(out + rows * n_outputs + k, acc, mask=live)

@@ -52,7 +52,8 @@ from .generic import _linked_tables, _top_tables
 from .kernels import ZERO_THRESHOLD
 
 __all__ = [
-    "TritonSchedule", "TritonWalk", "build_for", "checked_on_host", "interpreting", "kernel",
+    "TritonSchedule", "TritonWalk", "VisitCosts", "build_for", "checked_on_host",
+    "interpreting", "kernel", "visit_costs",
 ]  # fmt: skip
 
 #: Set while float64 rows were already narrowed where they could be, on the host.
@@ -189,7 +190,8 @@ class TritonWalk:
         stride_row, stride_feature = rows.stride()
         k = self.forest.n_outputs
         span = ("all_from", "all_to") if leaves is not None else ("tree_from", "tree_to")
-        grid = (-(-n // schedule.block), 1 if leaves is not None else k)
+        variant = self.variant(schedule, leaves=leaves is not None)
+        grid = (-(-n // schedule.block), 1 if leaves is not None or variant["OUTPUTS"] else k)
         self.walk[grid](
             rows, stride_row, stride_feature, n,
             out if out is not None else t["value"],  # neither is written to ...
@@ -201,7 +203,7 @@ class TritonWalk:
             t["native_id"], t["tree_order"], t[span[0]], t[span[1]],
             t["cat_row"], t["cat_unknown_left"], t["bits_left"], t["bits_known"],
             self.forest.n_trees, k, int(t["bits_left"].shape[1]),
-            **self.variant(schedule, leaves=leaves is not None), WORD=not x64,
+            **variant, WORD=not x64,
             OFF32=(n - 1) * stride_row + (rows.shape[1] - 1) * stride_feature < OFF32_LIMIT,
             num_warps=schedule.warps, **_launch_options(),
         )  # fmt: skip
@@ -214,7 +216,8 @@ class TritonWalk:
                     ZERO=bool(self.forest.has_missing_zero),
                     CAT=bool(self.forest.has_categorical),
                     BEFORE_TRUNC=bool(self.forest.cat_check_before_trunc),
-                    VECTOR=self._linked["value"].ndim == 2, LEAVES=leaves)  # fmt: skip
+                    VECTOR=self._linked["value"].ndim == 2, LEAVES=leaves,
+                    OUTPUTS=0 if leaves else walked_once(self._linked["value"]))  # fmt: skip
 
     def _zero(self, dtype: torch.dtype) -> torch.Tensor:
         """The zero threshold at the input's precision, on the device (made once: a copy
@@ -243,6 +246,19 @@ class TritonWalk:
                 if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
                     rows = as32
         return rows if _feature_major(rows) else rows.contiguous()
+
+
+#: Vector leaves of at most this many outputs are walked once, all sums side by side.
+MAX_OUTPUTS_AT_ONCE = 8
+
+
+def walked_once(value: np.ndarray) -> int:
+    """The accumulator's width for leaves of ``value``'s shape walked once (a power of
+    two), or 0: scalar leaves, or so many outputs that one program per output keeps its
+    registers."""
+    if value.ndim != 2 or value.shape[1] > MAX_OUTPUTS_AT_ONCE:
+        return 0
+    return 1 << max(1, (value.shape[1] - 1).bit_length())
 
 
 def _default_in_sign(packed: np.ndarray) -> np.ndarray:
@@ -413,7 +429,11 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    constexprs = {"WORD": x == "fp32", "OFF32": True, **constexprs}  # as a launch sets them
+    # As a launch sets them for float32 rows within 32-bit offsets; vector leaves walked
+    # once for two outputs (a binary random forest).
+    vector = bool(constexprs.get("VECTOR")) and not constexprs.get("LEAVES")
+    constexprs = {"WORD": x == "fp32", "OFF32": True, "OUTPUTS": 2 if vector else 0,
+                  **constexprs}  # fmt: skip
     signature = {**variant_signature(x=x, acc=acc), **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(fn=kernel(), signature=signature, constexprs=dict(constexprs))
     options = {"num_warps": warps, **_launch_options(compiling=True)}
@@ -421,6 +441,65 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     usage, sass = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage", "--dump-sass")
     registers, stack = _resources(usage)
     return Build(f"sm_{capability}", registers, stack, compiled.asm["ptx"], sass)
+
+
+@dataclass(frozen=True)
+class VisitCosts:
+    """What a variant's SASS costs per node visit: instructions and global loads of one
+    level of the unrolled top and of one turn of the linked loop (its remainder loop:
+    ptxas also unrolls it by four), and registers per thread.  A tree's own few
+    instructions (its exit, its leaf, the loop) are not in them."""
+
+    top_instructions: float
+    top_loads: float
+    linked_instructions: int
+    linked_loads: int
+    registers: int
+
+    def per_row(self, levels: list[tuple[int, int]]) -> float:
+        """Instructions of the node visits of one row over trees of (top levels, linked
+        levels)."""
+        return sum(top * self.top_instructions + linked * self.linked_instructions
+                   for top, linked in levels)  # fmt: skip
+
+
+def visit_costs(capability: int, **variant: Any) -> VisitCosts:
+    """:class:`VisitCosts` of ``variant`` (``build_for``'s arguments) for ``sm_<capability>``:
+    the top's level as the difference between a top of ``TOP`` and one of ``TOP - 4``
+    levels over four, the linked loop as the innermost loop that loads."""
+    top = int(variant.get("TOP", MAX_TOP))
+    if top < 4:
+        raise ValueError("visit costs need a top of at least 4 levels")
+    low, high = (build_for(capability, **{**variant, "TOP": t}) for t in (top - 4, top))
+    (low_n, low_loads), (high_n, high_loads) = (_counted(_sass_ops(b.sass)) for b in (low, high))
+    loops = sorted(_loops(_sass_ops(high.sass)), key=len)
+    linked = next(loop for loop in loops if _counted(loop)[1])
+    return VisitCosts((high_n - low_n) / 4, (high_loads - low_loads) / 4, len(linked),
+                      _counted(linked)[1], high.registers)  # fmt: skip
+
+
+_SASS_OP = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def _sass_ops(sass: str) -> list[tuple[int, str, str]]:
+    """(address, opcode, operands) of each instruction in cuobjdump's listing."""
+    return [(int(a, 16), op, rest) for a, op, rest in _SASS_OP.findall(sass)]
+
+
+def _counted(ops: list[tuple[int, str, str]]) -> tuple[int, int]:
+    """Instructions, and global loads among them."""
+    return len(ops), sum(op.startswith("LDG") for _, op, _ in ops)
+
+
+def _loops(ops: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]]]:
+    """The instructions of each loop: from a backward branch's target to the branch."""
+    found = []
+    for address, op, rest in ops:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target and int(target.group(1), 16) < address:
+            begin = int(target.group(1), 16)
+            found.append([o for o in ops if begin <= o[0] <= address])
+    return found
 
 
 def _cuobjdump(cubin: bytes, *reports: str) -> list[str]:
