@@ -294,6 +294,19 @@ print(json.dumps({"total": done - began, "after_imports": done - imported}))
 """
 
 
+def _predicted() -> dict[str, dict[int, str]]:
+    """What the machine code predicts, per model and batch (the "after" rows of
+    benchmarks/results/triton_sass.md), to print beside what the card measures."""
+    path = ROOT / "benchmarks" / "results" / "triton_sass.md"
+    found: dict[str, dict[int, str]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[1].startswith("after"):
+            found[cells[0]] = dict(zip((1_000, 64_000, 1_000_000), cells[7].split(", "),
+                                       strict=False))  # fmt: skip
+    return found
+
+
 def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     """``fused`` on the device against walk.cpp and native; on CPU (the dry run) the
     interpreter is not running, so the CPU kernel stands in and the table says so."""
@@ -308,7 +321,8 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         "the scorer, cold (first in the process: kernel compiles included) and warm (the",
         "same model again); the schedule measured; the kernel's registers and stack bytes;",
         "rows/s of margins at",
-        f"{sizes.walk_rows:,} rows (input on the device); peak device memory of that batch;",
+        f"{sizes.walk_rows:,} rows (input on the device), with what the machine code predicts",
+        "(benchmarks/results/triton_sass.md); peak device memory of that batch;",
         "a new model's first 1,000 rows in a fresh process (after imports).",
         "",
         "| model | margins differ | leaves differ | build cold s | warm s | schedule | "
@@ -367,9 +381,10 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
         seconds = timed(lambda: module(x_dev))
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
     first = _first_rows(model, recipe, work, device)
+    predicted = _predicted().get(recipe.name, {}).get(sizes.walk_rows, "-")
     return (f"| {recipe.name} | {int(margins.any(axis=1).sum()):,} | {leaves} | {cold:.2f} | "
-            f"{warm:.2f} | {schedule} | {regs} | {sizes.walk_rows / seconds:,.0f} | "
-            f"{peak:,.0f} | {first} |")  # fmt: skip
+            f"{warm:.2f} | {schedule} | {regs} | {sizes.walk_rows / seconds:,.0f} "
+            f"(predicted {predicted}) | {peak:,.0f} | {first} |")  # fmt: skip
 
 
 def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
@@ -429,8 +444,9 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         "repeats timed with device events) and of native predict_proba on every CPU core",
         "(numpy input). Compile: seconds to build the scorer.",
         "",
-        *_batch_header(["model", "variant", "compile s"], sizes.batches),
+        *_with_predicted(_batch_header(["model", "variant", "compile s"], sizes.batches)),
     )
+    predicted = _predicted()  # fused's rows end with what the machine code predicts
     for recipe in sizes.recipes:
         model = _trained(recipe)
         top = max(sizes.batches)
@@ -439,10 +455,18 @@ def throughput(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         for variant, build in _variants(model, device, x_dev[: min(top, 1 << 19)]):
             if VARIANTS not in variant:
                 continue
-            report.add(_throughput_row(recipe.name, variant, build, X, x_dev, sizes.batches))
+            row = _throughput_row(recipe.name, variant, build, X, x_dev, sizes.batches)
+            said = predicted.get(recipe.name, {}).items() if variant == "tensor fused" else ()
+            row += " " + (", ".join(f"{b:,}: {r}" for b, r in said) or "-") + " |"
+            report.add(row)
         del x_dev
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _with_predicted(header: list[str]) -> list[str]:
+    """A table head with a last column for the machine code's predictions."""
+    return [header[0] + " predicted rows/s |", header[1] + "---|"]
 
 
 def _batch_header(first: list[str], batches: tuple[int, ...]) -> list[str]:
