@@ -285,12 +285,18 @@ def _parity_row(recipe: Recipe, model: Any, strategy: str, dtype: type, device: 
 _FIRST_ROWS = """
 import json, sys, time
 began = time.perf_counter()
-import numpy as np, scoring
+import numpy as np, scoring, torch
 imported = time.perf_counter()
+if sys.argv[2] == "cuda":  # the context, apart from what the model itself costs
+    torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+ready = time.perf_counter()
 cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[2], strategy="fused")
+compiled = time.perf_counter()
 cm.predict_raw(np.load(sys.argv[3]))
 done = time.perf_counter()
-print(json.dumps({"total": done - began, "after_imports": done - imported}))
+print(json.dumps({"total": done - began, "after_imports": done - imported,
+                  "context": ready - imported, "compile": compiled - ready,
+                  "score": done - compiled}))
 """
 
 
@@ -323,7 +329,8 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         "rows/s of margins at",
         f"{sizes.walk_rows:,} rows (input on the device), with what the machine code predicts",
         "(benchmarks/results/triton_sass.md); peak device memory of that batch;",
-        "a new model's first 1,000 rows in a fresh process (after imports).",
+        "a new model's first 1,000 rows in a fresh process (after imports: the device's",
+        "context, the compile with its schedule's measurements, the first call).",
         "",
         "| model | margins differ | leaves differ | build cold s | warm s | schedule | "
         "registers / stack | rows/s | peak MiB | first 1,000 rows s |",
@@ -397,8 +404,11 @@ def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
                           env={**os.environ, "PYTHONPATH": _with_root()})  # fmt: skip
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
-    times = json.loads(done.stdout.strip().splitlines()[-1])
-    return f"{times['total']:.2f} ({times['after_imports']:.2f})"
+    t = json.loads(done.stdout.strip().splitlines()[-1])
+    return (
+        f"{t['total']:.2f} ({t['after_imports']:.2f}: context {t['context']:.2f}, "
+        f"compile {t['compile']:.2f}, score {t['score']:.2f})"
+    )
 
 
 def _with_root() -> str:
@@ -526,6 +536,9 @@ def _throughput_row(
     except (ScoringError, RuntimeError) as exc:
         return f"| {name} | {variant} | {failure(exc)} |" + " - |" * len(batches)
     cells = [f"{time.perf_counter() - start:.1f}"]
+    walk = getattr(getattr(fn, "kernel", None), "walk", None)
+    if hasattr(walk, "schedule"):  # which schedule the build measured, beside its rates
+        variant = f"{variant} ({walk.schedule.described().removeprefix('Triton: ')})"
     host = variant.startswith("native")
     slow = False
     for batch in batches:
