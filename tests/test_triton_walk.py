@@ -27,6 +27,7 @@ import torch
 from scoring._compiler import triton_walk
 from scoring._compiler.generic import _linked_tables
 from scoring._compiler.triton_walk import (
+    INTEGER_ARGUMENTS,
     MAX_TOP,
     TritonSchedule,
     TritonWalk,
@@ -208,6 +209,18 @@ def test_every_top_and_category_rule_builds(capability: int) -> None:
         build = build_for(capability, TOP=MAX_TOP, BLOCK=256, BEFORE_TRUNC=False, x=x, acc=x,
                           ZERO=True, CAT=True, VECTOR=True, LEAVES=False, OFF32=False)  # fmt: skip
         assert build.spills == 0 and _machine_code_faults(build) == [], (x, build.registers)
+
+
+def test_every_integer_argument_equal_to_1_compiles() -> None:
+    """Triton's JIT compiles an integer argument equal to 1 in as a constant (the row
+    stride of a feature-major batch, one tree, one output, one row): every variant such
+    a launch meets builds, with 32-bit offsets and without, sums and leaf ids."""
+    for off32, vector, leaves in ((True, False, False), (True, True, False), (False, True, False),
+                                  (False, False, True)):  # fmt: skip
+        build = build_for(90, TOP=2, BLOCK=128, BEFORE_TRUNC=False, x="fp32", acc="fp64",
+                          ZERO=True, CAT=True, VECTOR=vector, LEAVES=leaves, OFF32=off32,
+                          ones=INTEGER_ARGUMENTS)  # fmt: skip
+        assert build.spills == 0, (off32, vector, leaves)
 
 
 def test_the_build_reports_spills() -> None:

@@ -3,9 +3,9 @@ imports this module only when a kernel is needed: Triton is optional on CPU).
 
 Node words are walk.cpp's: the feature in the low 28 bits, then default-left (bit 28),
 missing-as-zero (29) and categorical (30); default-left is copied to the sign bit (31),
-which the walk tests.  A node is read in one 8-byte load where it
-fits: a top node's word beside its float32 threshold (``top_word``, float32 rows), a
-linked node's word beside its first child (``link_word``).
+which the walk tests.  A node is read in one 8-byte load where it fits: a top node's
+word beside its float32 threshold (``top_word``, float32 rows), a linked node's word
+beside its first child (``link_word``).
 """
 
 import triton
@@ -21,6 +21,15 @@ def _goes_left(v, th, p, zero, ZERO: tl.constexpr):  # NodeTest without categori
     else:  # the same test: NaN is not <= th, so only the default sends it left
         left = (v <= th) | (default_left & (v != v))
     return left
+
+
+@triton.jit
+def _feature(p, OFF32: tl.constexpr):  # the node's feature, at the width offsets take
+    if OFF32:  # noqa: SIM108 (a statement on a constexpr: compiled away)
+        feature = p & 0xFFFFFFF
+    else:
+        feature = (p & 0xFFFFFFF).to(tl.int64)
+    return feature
 
 
 @triton.jit
@@ -63,12 +72,12 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
     k = tl.program_id(1)
     live = rows < n_rows
     # Lanes past the last row read row 0 (unmasked loads); nothing of theirs is stored.
+    # Integer arguments are never converted with .to(): Triton's JIT passes one equal to
+    # 1 as a plain constant, and one within 32 bits as an int32 (what OFF32 relies on).
     if OFF32:  # every offset into x within 32 bits: one multiply-add per value read
-        row_at = tl.where(live, rows, 0).to(tl.int32) * stride_row.to(tl.int32)
-        feature_step = stride_feature.to(tl.int32)
+        row_at = tl.where(live, rows, 0).to(tl.int32) * stride_row
     else:
         row_at = tl.where(live, rows, 0) * stride_row
-        feature_step = stride_feature.to(tl.int64)
     zero = tl.load(zero_ptr)
     if OUTPUTS:
         column = tl.arange(0, OUTPUTS)
@@ -93,7 +102,7 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
             else:
                 p = tl.load(top_packed + n)
                 th = tl.load(top_threshold + n)
-            v = tl.load(x + (row_at + (p & 0xFFFFFFF) * feature_step))
+            v = tl.load(x + (row_at + _feature(p, OFF32) * stride_feature))
             left = _goes_left(v, th, p, zero, ZERO)
             if CAT:
                 left = _category_left(v, left, p, tl.load(top_node + n), cat_row,
@@ -104,7 +113,7 @@ def walk(x, stride_row, stride_feature, n_rows, out, leaf_out, zero_ptr,
         for _level in range(tl.load(tree_levels + t)):  # linked: first child + the test
             w = tl.load(link_word + node)  # low half the node's word, high half its child
             p = w.to(tl.int32)
-            v = tl.load(x + (row_at + (p & 0xFFFFFFF) * feature_step))
+            v = tl.load(x + (row_at + _feature(p, OFF32) * stride_feature))
             left = _goes_left(v, tl.load(threshold + node), p, zero, ZERO)
             if CAT:
                 left = _category_left(v, left, p, node, cat_row, cat_unknown_left, bits_left,

@@ -405,12 +405,18 @@ class Build:
     sass: str
 
 
-def variant_signature(*, x: str, acc: str) -> dict[str, str]:
+#: The kernel's integer arguments: Triton's JIT passes one equal to 1 as a constant.
+INTEGER_ARGUMENTS = ("stride_row", "stride_feature", "n_rows", "n_trees", "n_outputs", "words")
+
+
+def variant_signature(*, x: str, acc: str, off32: bool = True) -> dict[str, str]:
     """The kernel's argument types for inputs of dtype ``x`` (``fp32``/``fp64``) and
-    sums at ``acc``: what :func:`build_for` compiles without tensors to launch on."""
+    sums at ``acc``: what :func:`build_for` compiles without tensors to launch on.  The
+    strides are int32 where offsets fit 32 bits, as the JIT passes them there."""
     ptr = {"fp32": "*fp32", "fp64": "*fp64"}
+    stride = "i32" if off32 else "i64"
     return {
-        "x": ptr[x], "stride_row": "i64", "stride_feature": "i64", "n_rows": "i32",
+        "x": ptr[x], "stride_row": stride, "stride_feature": stride, "n_rows": "i32",
         "out": ptr[acc], "leaf_out": "*i32", "zero_ptr": ptr[x],
         "top_packed": "*i32", "top_threshold": ptr[x], "top_word": "*i64", "top_node": "*i32",
         "top_exit": "*i32", "tree_levels": "*i32", "link_word": "*i64", "threshold": ptr[x],
@@ -422,7 +428,7 @@ def variant_signature(*, x: str, acc: str) -> dict[str, str]:
 
 
 def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int = 4,
-              **constexprs: int | bool) -> Build:  # fmt: skip
+              ones: tuple[str, ...] = (), **constexprs: int | bool) -> Build:  # fmt: skip
     """Compile one variant for ``sm_<capability>`` (80, 90) on any machine, with the
     launch options :class:`TritonWalk` uses, and read the cubin's registers and stack."""
     import triton
@@ -434,7 +440,10 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     vector = bool(constexprs.get("VECTOR")) and not constexprs.get("LEAVES")
     constexprs = {"WORD": x == "fp32", "OFF32": True, "OUTPUTS": 2 if vector else 0,
                   **constexprs}  # fmt: skip
-    signature = {**variant_signature(x=x, acc=acc), **dict.fromkeys(constexprs, "constexpr")}
+    # ``ones``: integer arguments equal to 1, which the JIT compiles in as constants.
+    constexprs = {**constexprs, **dict.fromkeys(ones, 1)}
+    signature = {**variant_signature(x=x, acc=acc, off32=bool(constexprs["OFF32"])),
+                 **dict.fromkeys(constexprs, "constexpr")}  # fmt: skip
     source = ASTSource(fn=kernel(), signature=signature, constexprs=dict(constexprs))
     options = {"num_warps": warps, **_launch_options(compiling=True)}
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)
