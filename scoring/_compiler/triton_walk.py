@@ -210,7 +210,7 @@ class TritonWalk:
 
     def variant(self, schedule: TritonSchedule, *, leaves: bool = False) -> dict[str, int | bool]:
         """The kernel's constexprs for this forest under ``schedule``, but the rows'
-        (``WORD``: float32 rows; ``OFF32``: feature offsets within 32 bits); what
+        (``WORD``: float32 rows; ``OFF32``: every offset into them within 32 bits); what
         :func:`build_for` takes to build the same variant for another target."""
         return dict(TOP=schedule.top_depth, BLOCK=schedule.block,
                     ZERO=bool(self.forest.has_missing_zero),
