@@ -51,19 +51,18 @@ MEASURED = {
 BATCHES = (1_000, 64_000, 1_000_000)
 
 
-def variant(forest: Forest) -> dict[str, object]:
-    value = _linked_tables(forest, np.dtype(np.float64))["value"]
+def variant(forest: Forest, linked: dict[str, np.ndarray]) -> dict[str, object]:
+    value = linked["value"]
     return dict(x="fp64" if forest.input_dtype == "float64" else "fp32",
                 acc="fp32" if forest.accumulate_dtype == "float32" else "fp64",
                 ZERO=bool(forest.has_missing_zero), CAT=bool(forest.has_categorical),
                 VECTOR=value.ndim == 2, OUTPUTS=walked_once(value))  # fmt: skip
 
 
-def levels(forest: Forest) -> list[tuple[int, int]]:
+def levels(linked: dict[str, np.ndarray]) -> list[tuple[int, int]]:
     """Per tree: levels walked in the top (all of them: a leaf above loops to itself)
     and in the linked part."""
-    depths = _linked_tables(forest, np.dtype(np.float64))["depth"]
-    return [(MAX_TOP, max(int(d) - MAX_TOP, 0)) for d in depths]
+    return [(MAX_TOP, max(int(d) - MAX_TOP, 0)) for d in linked["depth"]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +77,13 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---:|---:|---:|---|"]  # fmt: skip
     for recipe in GPU_RECIPES:
         forest = scoring.compile(recipe.build(), backend="native").forest
-        kind = variant(forest)
+        linked = _linked_tables(forest, np.dtype(np.float64))  # the walk's own tables
+        kind = variant(forest, linked)
         after = visit_costs(90, TOP=MAX_TOP, BLOCK=128, BEFORE_TRUNC=False, LEAVES=False, **kind)
         before = BEFORE[(str(kind["x"]), str(kind["acc"]), bool(kind["VECTOR"]))]
         walks = (forest.n_outputs if kind["VECTOR"] else 1, 1 if kind["OUTPUTS"] else
                  (forest.n_outputs if kind["VECTOR"] else 1))  # fmt: skip
-        rows = levels(forest)
+        rows = levels(linked)
         cost = (walks[0] * before.per_row(rows), walks[1] * after.per_row(rows))
         predicted = ", ".join(f"{m * cost[0] / cost[1] / 1e6:,.1f}M"
                               for m in MEASURED[recipe.name])  # fmt: skip

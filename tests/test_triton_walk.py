@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from scoring._compiler.triton_walk import (
     MAX_TOP,
     TritonSchedule,
     TritonWalk,
+    _sass_ops,
     build_for,
     choose_schedule,
     visit_costs,
@@ -150,7 +150,7 @@ def _machine_code_faults(build: Any) -> list[str]:
     """What the SASS must not hold: a fused multiply-add (one rounding where native has
     two), a flush of denormals to zero (XGBoost's split at 0 is the threshold
     -1.4e-45), a divergent-branch barrier (the walk's rows step in lockstep)."""
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", build.sass)
+    ops = [op for _, op, _ in _sass_ops(build.sass)]
     assert len(ops) > 100, build.sass[:300]  # the kernel's instructions were read
     faults = [op for op in ops if op.split(".")[0] in ("FFMA", "DFMA", "HFMA2", "BSSY",
                                                        "BSYNC")]  # fmt: skip

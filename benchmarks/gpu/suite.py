@@ -337,17 +337,19 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
     )
     work = Path(tempfile.mkdtemp(prefix="scoring-gpu-walk-"))
+    predicted = _predicted()
     for recipe in sizes.walk_recipes:
         if time.monotonic() > DEADLINE:
             return report.add("Stopped: the suite's time budget ran out.")
         try:
-            report.add(_walk_row(recipe, work, sizes, device))
+            report.add(_walk_row(recipe, work, sizes, device, predicted))
         except (ScoringError, RuntimeError, ImportError) as exc:
             report.add(f"| {recipe.name} | {failure(exc)} |" + " - |" * 8)
     report.add("", *_copy_rates(device, dry))
 
 
-def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
+def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str,
+              predicted: dict[str, dict[int, str]]) -> str:  # fmt: skip
     from scoring._compiler.triton_walk import TritonWalk, build_for
 
     model = _trained(recipe)
@@ -388,10 +390,10 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str) -> str:
         seconds = timed(lambda: module(x_dev))
     peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
     first = _first_rows(model, recipe, work, device)
-    predicted = _predicted().get(recipe.name, {}).get(sizes.walk_rows, "-")
+    said = predicted.get(recipe.name, {}).get(sizes.walk_rows, "-")
     return (f"| {recipe.name} | {int(margins.any(axis=1).sum()):,} | {leaves} | {cold:.2f} | "
             f"{warm:.2f} | {schedule} | {regs} | {sizes.walk_rows / seconds:,.0f} "
-            f"(predicted {predicted}) | {peak:,.0f} | {first} |")  # fmt: skip
+            f"(predicted {said}) | {peak:,.0f} | {first} |")  # fmt: skip
 
 
 def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
