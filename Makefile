@@ -68,7 +68,7 @@ examples: runtime
 	$(BIN)/scoring examples examples
 	$(BIN)/scoring models apply models/ --registry examples/registry
 
-test: install
+test: install $(GPU_STAMP)
 	$(BIN)/ruff check scoring tests benchmarks docs/hooks docs/tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
@@ -104,11 +104,32 @@ $(PEERS_VENV)/.installed: pyproject.toml benchmarks/peers.txt
 	$(PEERS_VENV)/bin/pip install -e . -r benchmarks/peers.txt
 	touch $@
 
+# The rehearsal of the prepared GPU call (tests/test_gpu_image.py): a venv of only
+# packages the GPU machine's image holds, at its Triton (benchmarks/gpu/image.txt, with
+# torch's CPU build standing in), and the call's wheels fetched for this venv's Python
+# into its wheels/ folder, which the rehearsal installs as the GPU machine does.  pandas
+# brings tzdata, which the image lacks: removed, as pandas runs without it.  CatBoost,
+# too big to carry, goes into catboost/ beside the venv, for the interpreter parity of
+# its recipes under the image's Triton.
+GPU_VENV  := .venv-gpu
+GPU_STAMP := $(GPU_VENV)/.installed
+$(GPU_STAMP): benchmarks/gpu/image.txt benchmarks/gpu/wheels.sh Makefile
+	rm -rf $(GPU_VENV)
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(call install_torch,$(GPU_VENV)/bin)
+	$(GPU_VENV)/bin/pip install -r benchmarks/gpu/image.txt
+	$(GPU_VENV)/bin/pip uninstall -y tzdata
+	PYTHON=$(GPU_VENV)/bin/python DEST=$(GPU_VENV)/wheels \
+		WHEEL_PYTHON=$$($(GPU_VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+		bash benchmarks/gpu/wheels.sh
+	$(GPU_VENV)/bin/pip install --no-deps --target $(GPU_VENV)/catboost catboost six graphviz
+	touch $@
+
 peers: $(PEERS_VENV)/.installed
 	$(PEERS_VENV)/bin/python benchmarks/peers.py
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) $(GPU_VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The CPU image (Containerfile), tagged with the product's version, then the demo run in
 # it as a smoke test. Needs podman (Debian: apt-get install podman runc mmdebstrap); the

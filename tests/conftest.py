@@ -72,9 +72,10 @@ SLOWEST_FIRST = [
     "test_parity.py", "test_spark_cluster.py", "test_ray.py", "test_incremental.py",
     "test_docs.py", "test_incremental_keys.py", "test_publication.py", "test_spark.py",
     "test_ray_cluster.py", "test_error_sites.py", "test_filter_spark.py", "test_delta.py",
-    "test_iceberg.py", "test_triton_walk.py", "test_jobs.py", "test_registry.py",
-    "test_gpu_suite.py", "test_mlflow.py", "test_packages.py", "test_model_files.py",
-    "test_contributions.py", "test_compile.py", "test_generic.py", "test_report_page.py",
+    "test_iceberg.py", "test_gpu_image.py", "test_triton_walk.py", "test_jobs.py",
+    "test_registry.py", "test_gpu_suite.py", "test_mlflow.py", "test_packages.py",
+    "test_model_files.py", "test_contributions.py", "test_compile.py", "test_generic.py",
+    "test_report_page.py",
 ]  # fmt: skip
 
 

@@ -12,11 +12,6 @@ proven on a machine without a GPU.
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,41 +34,14 @@ from scoring._compiler.triton_walk import (
 from scoring.errors import CompileError
 
 from .conftest import RECIPES, built
+from .triton_parity import THROUGH_COMPILE, run_interpreted
 
 pytest.importorskip("triton", reason="Triton is not installed")
-
-_ROOT = Path(__file__).resolve().parent.parent
-#: Recipes scored through ``scoring.compile(..., strategy="triton")``: every framework,
-#: categorical splits, zero-as-missing, vector leaves, a chain.
-_THROUGH_COMPILE = ["xgb_multi", "xgb_vector_leaves", "xgb_booster_cat", "lgb_cat_frame",
-                    "lgb_zero_missing", "sk_hgb_clf", "sk_chain_clf", "sk_iforest",
-                    "cb_multi"]  # fmt: skip
-
-
-def _interpreted(*args: str) -> dict[str, list[str]]:
-    """tests/triton_parity.py on ``args``: the recipes split over one process per core
-    (two here), as the interpreter runs on one."""
-    flags = [a for a in args if a.startswith("--")]
-    names = [a for a in args if not a.startswith("--")]
-    parts = max(1, min(os.cpu_count() or 1, 2, len(names)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "tests.triton_parity", *flags]
-    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    started = [
-        subprocess.Popen([*command, *names[i::parts]], cwd=_ROOT, env=env, text=True, **pipes)
-        for i in range(parts)
-    ]
-    found: dict[str, list[str]] = {}
-    for process in started:
-        out, err = process.communicate()
-        assert process.returncode == 0, err[-3000:]
-        found.update(json.loads(out.strip().splitlines()[-1]))
-    return found
 
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, list[str]]:
-    return _interpreted(*RECIPES)
+    return run_interpreted(*RECIPES)
 
 
 @pytest.mark.timeout(1800)
@@ -89,8 +57,8 @@ def test_the_kernel_equals_walk_cpp_bit_for_bit(
 
 @pytest.mark.timeout(1200)
 def test_anyone_checks_the_cuda_kernel_through_scoring_compile() -> None:
-    found = _interpreted("--compile", *_THROUGH_COMPILE)
-    available = [n for n in _THROUGH_COMPILE if RECIPES[n].available]
+    found = run_interpreted("--compile", *THROUGH_COMPILE)
+    available = [n for n in THROUGH_COMPILE if RECIPES[n].available]
     assert sorted(found) == sorted(available)
     assert {n: d for n, d in found.items() if d} == {}
 
@@ -221,6 +189,18 @@ def test_every_integer_argument_equal_to_1_compiles() -> None:
                           ZERO=True, CAT=True, VECTOR=vector, LEAVES=leaves, OFF32=off32,
                           ones=INTEGER_ARGUMENTS)  # fmt: skip
         assert build.spills == 0, (off32, vector, leaves)
+
+
+def test_a_build_asked_for_under_the_interpreter_is_made_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interpreter's kernels cannot be compiled: the build happens in a child process
+    started without ``TRITON_INTERPRET`` (the GPU suite's registers column under it)."""
+    variant = dict(TOP=1, BLOCK=128, BEFORE_TRUNC=False, x="fp32", acc="fp32", ZERO=False,
+                   CAT=False, VECTOR=False, LEAVES=False)  # fmt: skip
+    direct = build_for(90, **variant)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert build_for(90, **variant) == direct
 
 
 def test_the_build_reports_spills() -> None:

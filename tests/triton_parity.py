@@ -3,15 +3,19 @@
 bit, on each recipe's stages; prints one JSON object, recipe -> differences found.
 
 A process of its own because Triton reads ``TRITON_INTERPRET`` when a kernel is
-defined, and the build tests of the same kernel need it unset.
+defined, and the build tests of the same kernel need it unset; :func:`run_interpreted`
+starts it, with any Python (the GPU image's stand-in too).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +28,13 @@ from scoring._ir import Forest
 from scoring._parity import probe_rows
 
 from .conftest import RECIPES, built
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Recipes scored through ``scoring.compile(..., strategy="triton")``: every framework,
+#: categorical splits, zero-as-missing, vector leaves, a chain.
+THROUGH_COMPILE = ["xgb_multi", "xgb_vector_leaves", "xgb_booster_cat", "lgb_cat_frame",
+                   "lgb_zero_missing", "sk_hgb_clf", "sk_chain_clf", "sk_iforest",
+                   "cb_multi"]  # fmt: skip
 
 
 def rows_for(forest: Forest) -> list[torch.Tensor]:
@@ -114,6 +125,29 @@ def _without_overflow_checks() -> None:
     builder = interpreter.interpreter_builder
     if hasattr(builder.options, "sanitize_overflow"):  # a Triton that has the checks
         builder.options = replace(builder.options, sanitize_overflow=False)
+
+
+def run_interpreted(*args: str, python: str = sys.executable,
+                 env: dict[str, str] | None = None) -> dict[str, list[str]]:  # fmt: skip
+    """tests/triton_parity.py on ``args`` by ``python`` (with ``env`` as its whole
+    environment, else this one's): the recipes split over one process per core (two
+    here), as the interpreter runs on one."""
+    flags = [a for a in args if a.startswith("--")]
+    names = [a for a in args if not a.startswith("--")]
+    parts = max(1, min(os.cpu_count() or 1, 2, len(names)))
+    env = {**(os.environ if env is None else env), "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    command = [python, "-m", "tests.triton_parity", *flags]
+    pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    started = [
+        subprocess.Popen([*command, *names[i::parts]], cwd=ROOT, env=env, text=True, **pipes)
+        for i in range(parts)
+    ]
+    found: dict[str, list[str]] = {}
+    for process in started:
+        out, err = process.communicate()
+        assert process.returncode == 0, err[-3000:]
+        found.update(json.loads(out.strip().splitlines()[-1]))
+    return found
 
 
 def main(args: list[str]) -> None:

@@ -27,7 +27,9 @@ short still returns what finished):
   frameworks' own on every CPU core, with the largest difference between them.
 
 On a machine without CUDA, ``--dry-run`` runs every section with tiny sizes on the CPU
-(``make test`` does, so that the suite cannot rot).  See README.md beside this file.
+(``make test`` does, so that the suite cannot rot); with ``TRITON_INTERPRET=1`` set as
+well, the walk section runs the CUDA kernel itself under Triton's interpreter.  See
+README.md beside this file.
 
     python benchmarks/gpu/suite.py [--out DIR] [--dry-run] [--sections parity,...]
 """
@@ -105,8 +107,10 @@ class Sizes:
     walk_rows: int
 
 
-#: Beside the suite's shapes, the walk section's: categorical splits, float64 inputs.
-_WALK_EXTRA = tuple(r for r in SMALL_RECIPES if r.name in ("lgb_cat", "sk_hgb_clf"))
+#: Beside the suite's shapes, the walk section's: categorical splits, float64 inputs, and
+#: splits at 0 (a float32 denormal threshold, which a build flushing to zero would miss).
+_WALK_EXTRA = tuple(r for r in SMALL_RECIPES
+                    if r.name in ("lgb_cat", "sk_hgb_clf", "xgb_zero_split"))  # fmt: skip
 
 FULL = Sizes(
     batches=(1_000, 64_000, 1_000_000, 16_000_000),
@@ -290,7 +294,7 @@ imported = time.perf_counter()
 if sys.argv[2] == "cuda":  # the context, apart from what the model itself costs
     torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 ready = time.perf_counter()
-cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[2], strategy="fused")
+cm = scoring.compile(sys.argv[1], backend="tensor", device=sys.argv[2], strategy=sys.argv[4])
 compiled = time.perf_counter()
 cm.predict_raw(np.load(sys.argv[3]))
 done = time.perf_counter()
@@ -313,9 +317,18 @@ def _predicted() -> dict[str, dict[int, str]]:
     return found
 
 
+def _walked_by(device: str) -> str:
+    """The strategy that runs the Triton kernel on ``device``: ``fused`` on CUDA; on CPU,
+    ``triton`` under Triton's interpreter, else ``fused`` (walk.cpp stands in)."""
+    from scoring._compiler.triton_walk import interpreting
+
+    return "triton" if device == "cpu" and interpreting() else "fused"
+
+
 def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
     """``fused`` on the device against walk.cpp and native; on CPU (the dry run) the
-    interpreter is not running, so the CPU kernel stands in and the table says so."""
+    kernel under Triton's interpreter, or if that is not running, the CPU kernel standing
+    in, as the table says."""
     import triton
 
     title = "The fused walk: one Triton kernel for every forest"
@@ -350,14 +363,14 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
 
 def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str,
               predicted: dict[str, dict[int, str]]) -> str:  # fmt: skip
-    from scoring._compiler.triton_walk import TritonWalk, build_for
+    from scoring._compiler.triton_walk import TritonWalk, build_for, candidates
 
-    model = _trained(recipe)
+    model, strategy = _trained(recipe), _walked_by(device)
     begin = time.perf_counter()
-    cm = scoring.compile(model, backend="tensor", device=device, strategy="fused")
+    cm = scoring.compile(model, backend="tensor", device=device, strategy=strategy)
     cold = time.perf_counter() - begin
     begin = time.perf_counter()
-    scoring.compile(model, backend="tensor", device=device, strategy="fused")
+    scoring.compile(model, backend="tensor", device=device, strategy=strategy)
     warm = time.perf_counter() - begin
     on_cpu = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
     native = scoring.compile(model, backend="native")
@@ -374,12 +387,15 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str,
     schedule, regs = "CPU kernel (dry run)", "-"
     if isinstance(kernel, TritonWalk):
         schedule = kernel.schedule.described().removeprefix("Triton: ")
+        built_as = kernel.schedule
+        if device == "cpu":  # the interpreter's one large program: the GPU's first try
+            built_as = candidates(cm.forest)[0]
+            schedule = f"interpreter; registers for sm_90 as {built_as.described()[8:]}"
         x = "fp64" if cm.forest.input_dtype == "float64" else "fp32"
         acc = "fp64" if kernel.acc == torch.float64 else "fp32"
         capability = torch.cuda.get_device_capability() if device == "cuda" else (9, 0)
         built = build_for(capability[0] * 10 + capability[1], x=x, acc=acc,
-                          warps=kernel.schedule.warps,
-                          **kernel.variant(kernel.schedule))  # fmt: skip
+                          warps=built_as.warps, **kernel.variant(built_as))  # fmt: skip
         regs = f"{built.registers} / {built.spills}"
     rows = _rows(recipe, sizes.walk_rows, distinct=sizes.walk_rows)
     x_dev = torch.from_numpy(rows).to(device)
@@ -401,8 +417,8 @@ def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:
     path = _model_file(model, recipe, work / recipe.name.split()[0])
     rows = work / "first.npy"
     np.save(rows, _rows(recipe, 1_000, distinct=1_000))
-    done = subprocess.run([sys.executable, "-c", _FIRST_ROWS, str(path), device, str(rows)],
-                          capture_output=True, text=True, cwd=ROOT,
+    argv = [sys.executable, "-c", _FIRST_ROWS, str(path), device, str(rows), _walked_by(device)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": _with_root()})  # fmt: skip
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
@@ -496,8 +512,10 @@ def _rows(recipe: Recipe, rows: int, *, distinct: int) -> np.ndarray:
 
 def _variants(model: Any, device: str, sample: torch.Tensor) -> list[tuple[str, Builder]]:
     def tensor(strategy: str) -> Builder:
+        walked = _walked_by(device) if strategy == "fused" else strategy
+
         def build() -> Any:
-            cm = scoring.compile(model, backend="tensor", device=device, strategy=strategy)
+            cm = scoring.compile(model, backend="tensor", device=device, strategy=walked)
             module = cm.implementation.module
             for rows in (1, len(sample)):  # compiles each block size fused will use
                 module(sample[:rows])

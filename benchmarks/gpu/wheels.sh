@@ -6,9 +6,11 @@
 # call may carry.  Then the product's own runtime dependencies that the GPU machine's
 # torch, pandas and scikit-learn do not bring (the CLI's, the row filters', the job
 # report's plot and GPU samples).  Versions: the ones this project is tested with.
+# WHEEL_PYTHON and DEST fetch the same set for another Python into another folder: the
+# rehearsal in make test installs it as the GPU machine does, into a Python 3.11 venv.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-dest=.whl
+dest="${DEST:-.whl}"
 mkdir -p "$dest"
 wheels=(
   xgboost-cpu==3.2.0 lightgbm==4.7.0 hummingbird-ml==0.4.12 onnxconverter-common==1.16.0
@@ -26,5 +28,6 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
   platforms+=(--platform "$p")
 done
 "${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: \
-  --python-version 3.12 --implementation cp "${platforms[@]}" -d "$dest" "${wheels[@]}"
+  --python-version "${WHEEL_PYTHON:-3.12}" --implementation cp "${platforms[@]}" \
+  -d "$dest" "${wheels[@]}"
 du -sh "$dest"

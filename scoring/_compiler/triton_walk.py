@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -430,7 +432,11 @@ def variant_signature(*, x: str, acc: str, off32: bool = True) -> dict[str, str]
 def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int = 4,
               ones: tuple[str, ...] = (), **constexprs: int | bool) -> Build:  # fmt: skip
     """Compile one variant for ``sm_<capability>`` (80, 90) on any machine, with the
-    launch options :class:`TritonWalk` uses, and read the cubin's registers and stack."""
+    launch options :class:`TritonWalk` uses, and read the cubin's registers and stack.
+    Under Triton's interpreter, in a Python process of its own started without it: the
+    interpreter's kernels are not compiled."""
+    if interpreting():
+        return _built_apart(capability, x=x, acc=acc, warps=warps, ones=ones, **constexprs)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -450,6 +456,23 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     usage, sass = _cuobjdump(compiled.asm["cubin"], "--dump-resource-usage", "--dump-sass")
     registers, stack = _resources(usage)
     return Build(f"sm_{capability}", registers, stack, compiled.asm["ptx"], sass)
+
+
+def _built_apart(capability: int, **options: Any) -> Build:
+    """:func:`build_for` in a child process without ``TRITON_INTERPRET``, which finds
+    this package where this process found it."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    code = ("import dataclasses, json, sys; from scoring._compiler.triton_walk import build_for; "
+            "a = json.loads(sys.argv[1]); a['ones'] = tuple(a['ones']); "
+            "print(json.dumps(dataclasses.asdict(build_for(int(sys.argv[2]), **a))))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(options), str(capability)],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CompileError(f"building the walk for sm_{capability} failed: {last}")
+    return Build(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @dataclass(frozen=True)
