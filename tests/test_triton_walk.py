@@ -28,6 +28,7 @@ from scoring._compiler.triton_walk import (
     _sass_ops,
     build_for,
     choose_schedule,
+    tree_chunks,
     visit_costs,
     walked_once,
 )
@@ -150,6 +151,34 @@ def test_a_binary_random_forest_walks_each_tree_once() -> None:
     assert walked_once(np.zeros(4)) == 0
 
 
+@pytest.mark.parametrize("capability", [80, 90])
+def test_a_split_batch_s_two_launches_build(capability: int) -> None:
+    """A batch too small to fill the GPU: the leaves launch (each row's leaf per tree)
+    and the sums launch that reads them instead of walking, at each dtype, for scalar
+    leaves, vector leaves walked once, and one program per output."""
+    common = dict(TOP=MAX_TOP, BLOCK=128, BEFORE_TRUNC=False, ZERO=True, CAT=True)
+    for x, acc in _DTYPES:
+        builds = [build_for(capability, x=x, acc=acc, VECTOR=False, LEAVES=True, NODES=True,
+                            **common)]  # fmt: skip
+        for vector, outputs in ((False, 0), (True, 2), (True, 0)):
+            builds.append(build_for(capability, x=x, acc=acc, VECTOR=vector, LEAVES=False,
+                                    OUTPUTS=outputs, FROM_NODES=True, **common))  # fmt: skip
+        for build in builds:
+            assert build.spills == 0 and _machine_code_faults(build) == [], (x, acc)
+
+
+def test_a_batch_splits_its_trees_only_where_the_device_would_wait() -> None:
+    """Parts of the trees per batch: none when the rows fill half the programs, when
+    their leaves would not fit, or for a forest of few trees; else enough parts to fill
+    the programs, each of at least four trees."""
+    assert tree_chunks(1_000, 128, 500, 528) == 66  # 8 blocks: 66 parts fill 528 programs
+    assert tree_chunks(1, 128, 500, 528) == 125  # a single row: parts of four trees
+    assert tree_chunks(64_000, 128, 500, 528) == 1  # 500 blocks: nearly full already
+    assert tree_chunks(1_000, 128, 7, 528) == 1  # fewer than eight trees
+    assert tree_chunks(40_000, 1024, 1_000, 528) == 1  # 40M leaves: past the 16M kept
+    assert tree_chunks(1_000, 128, 500, 0) == 1  # no device to fill (the interpreter)
+
+
 def test_the_machine_code_check_finds_a_fused_multiply_add() -> None:
     """The check above can fail: the same kernel built with fusion allowed."""
     from dataclasses import replace
@@ -224,7 +253,9 @@ class _Walk:
         self.timings: dict[TritonSchedule, float] = {}
         self.launched: list[TritonSchedule] = []
 
-    def launch(self, schedule: TritonSchedule, rows: torch.Tensor, *, out: torch.Tensor) -> None:
+    def launch(self, schedule: TritonSchedule, rows: torch.Tensor, *, out: torch.Tensor,
+               split: bool = True) -> None:  # fmt: skip
+        assert not split  # measured as a large batch runs: its trees not split
         self.launched.append(schedule)
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:

@@ -86,6 +86,8 @@ def differences(forest: Forest) -> list[str]:
             if not np.array_equal(got_leaves, leaves):
                 rows = int(np.any(got_leaves != leaves, axis=1).sum())
                 found.append(f"leaf ids differ on {rows} rows ({where})")
+            if j == 0:  # a batch too small to fill a GPU: its trees split over programs
+                found += split_differences(walk, x, start, sums, leaves, where)
             if schedule.feature_major:  # a batch as read: one array per feature
                 columns = Columns([np.ascontiguousarray(c) for c in x.numpy().T])
                 got = walk.sums(columns, start).numpy()
@@ -93,6 +95,24 @@ def differences(forest: Forest) -> list[str]:
                     rows = int(np.any(got != sums, axis=1).sum())
                     found.append(f"sums of columns differ on {rows} rows ({where})")
     return found
+
+
+def split_differences(walk: TritonWalk, x: torch.Tensor, start: torch.Tensor, sums: np.ndarray,
+                      leaves: np.ndarray, where: str) -> list[str]:  # fmt: skip
+    """The same walk told that a device of many programs waits: leaf ids in one launch
+    of tree ranges, sums in two (the leaves, then their values in tree order)."""
+    walk.programs = 1 << 30
+    try:
+        chunks = triton_walk.tree_chunks(len(x), walk.schedule.block, walk.forest.n_trees,
+                                         walk.programs)  # fmt: skip
+        found = []
+        if not np.array_equal(walk.sums(x, start).numpy(), sums):
+            found.append(f"sums of {chunks} tree ranges differ ({where})")
+        if not np.array_equal(walk.leaf_ids(x).numpy(), leaves):
+            found.append(f"leaf ids of {chunks} tree ranges differ ({where})")
+        return found
+    finally:
+        walk.programs = 0
 
 
 def through_compile(name: str) -> list[str]:

@@ -343,11 +343,13 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         f"{sizes.walk_rows:,} rows (input on the device), with what the machine code predicts",
         "(benchmarks/results/triton_sass.md); peak device memory of that batch;",
         "a new model's first 1,000 rows in a fresh process (after imports: the device's",
-        "context, the compile with its schedule's measurements, the first call).",
+        "context, the compile with its schedule's measurements, the first call); rows/s",
+        "of 1,000-row calls with the trees split over programs (the default for a batch",
+        "that cannot fill the device) and not split.",
         "",
         "| model | margins differ | leaves differ | build cold s | warm s | schedule | "
-        "registers / stack | rows/s | peak MiB | first 1,000 rows s |",
-        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|",
+        "registers / stack | rows/s | peak MiB | first 1,000 rows s | 1,000 rows/s split / not |",
+        "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|",
     )
     work = Path(tempfile.mkdtemp(prefix="scoring-gpu-walk-"))
     predicted = _predicted()
@@ -357,7 +359,7 @@ def walk(out: Path, sizes: Sizes, device: str, dry: bool) -> None:
         try:
             report.add(_walk_row(recipe, work, sizes, device, predicted))
         except (ScoringError, RuntimeError, ImportError) as exc:
-            report.add(f"| {recipe.name} | {failure(exc)} |" + " - |" * 8)
+            report.add(f"| {recipe.name} | {failure(exc)} |" + " - |" * 9)
     report.add("", *_copy_rates(device, dry))
 
 
@@ -409,7 +411,22 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str,
     said = predicted.get(recipe.name, {}).get(sizes.walk_rows, "-")
     return (f"| {recipe.name} | {int(margins.any(axis=1).sum()):,} | {leaves} | {cold:.2f} | "
             f"{warm:.2f} | {schedule} | {regs} | {sizes.walk_rows / seconds:,.0f} "
-            f"(predicted {said}) | {peak:,.0f} | {first} |")  # fmt: skip
+            f"(predicted {said}) | {peak:,.0f} | {first} | "
+            f"{_split_or_not(module, kernel, x_dev[:1_000])} |")  # fmt: skip
+
+
+def _split_or_not(module: Any, kernel: Any, rows: torch.Tensor) -> str:
+    """Rows/s of calls of ``rows`` with the trees split over programs, then not."""
+    programs = getattr(kernel, "programs", None)
+    if programs is None:  # the CPU kernel standing in
+        return "-"
+    rates = []
+    for split in (programs, 0):
+        kernel.programs = split
+        with torch.inference_mode():
+            rates.append(f"{len(rows) / timed(lambda: module(rows)):,.0f}")
+    kernel.programs = programs
+    return " / ".join(rates)
 
 
 def _first_rows(model: Any, recipe: Recipe, work: Path, device: str) -> str:

@@ -10,7 +10,9 @@ additions in walk.cpp's order, hence its sums bit for bit.  The node test is
 ``NodeTest``'s: ``x <= threshold`` at the input's precision, NaN (and, where flagged,
 ``|x| <=`` the zero threshold) to the default side, categorical bitsets.  The same
 program writes each row's native leaf id per tree when asked, so ``predict_leaf`` needs
-no second walk.
+no second walk.  A batch too small to keep the device busy (:func:`tree_chunks`) splits
+its trees over programs: each writes its trees' leaves, and a second launch adds their
+values in tree order, the same additions.
 
 Why a hand-written kernel rather than a generic ``torch.compile`` program: the kernel
 is compiled once per machine and variant (input and accumulation dtype, categorical
@@ -55,7 +57,7 @@ from .kernels import ZERO_THRESHOLD
 
 __all__ = [
     "TritonSchedule", "TritonWalk", "VisitCosts", "build_for", "checked_on_host",
-    "interpreting", "kernel", "visit_costs",
+    "interpreting", "kernel", "tree_chunks", "visit_costs",
 ]  # fmt: skip
 
 #: Set while float64 rows were already narrowed where they could be, on the host.
@@ -149,6 +151,9 @@ class TritonWalk:
         self._zeros: dict[torch.dtype, torch.Tensor] = {}
         #: Seconds each schedule tried took (empty when one was given or none measured).
         self.timings: dict[TritonSchedule, float] = {}
+        #: Programs that fill the device: a smaller batch splits its trees over programs.
+        self.programs = _programs_filling(device)
+        self._chunks: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if schedule is None:
             schedule = _INTERPRETED if device.type == "cpu" else choose_schedule(self)
         self.schedule = schedule
@@ -178,37 +183,71 @@ class TritonWalk:
         return leaves.long()
 
     def launch(self, schedule: TritonSchedule, rows: torch.Tensor, *,
-               out: torch.Tensor | None = None,
-               leaves: torch.Tensor | None = None) -> None:  # fmt: skip
-        """One kernel launch over ``rows``: sums onto ``out`` (one program per block of
-        rows and output), or leaf ids into ``leaves``."""
+               out: torch.Tensor | None = None, leaves: torch.Tensor | None = None,
+               split: bool = True) -> None:  # fmt: skip
+        """Sums onto ``out`` (one program per block of rows and output), or leaf ids into
+        ``leaves``.  A batch of fewer blocks than fill the device splits its trees over
+        programs (unless ``split`` is false): leaf ids in one launch; sums in two, each
+        row's leaf per tree, then their values added in tree order (the same additions,
+        so the same sums)."""
         n = rows.shape[0]
         if n == 0:
             return
-        t = self.tables(schedule.top_depth)
-        x64 = rows.dtype == torch.float64
         if schedule.feature_major != _feature_major(rows):  # the schedule's layout
             rows = rows.t().contiguous().t() if schedule.feature_major else rows.contiguous()
+        programs = self.programs if split else 0
+        chunks = tree_chunks(n, schedule.block, self.forest.n_trees, programs)
+        if chunks == 1:
+            return self._launch(schedule, rows, out=out, leaves=leaves)
+        span = self._chunk_span(chunks)
+        if leaves is not None:
+            return self._launch(schedule, rows, leaves=leaves, span=span)
+        nodes = torch.empty((n, self.forest.n_trees), dtype=torch.int32, device=self.device)
+        self._launch(schedule, rows, leaves=nodes, span=span, nodes=True)
+        self._launch(schedule, rows, out=out, leaves=nodes, from_nodes=True)
+
+    def _launch(self, schedule: TritonSchedule, rows: torch.Tensor, *,
+                out: torch.Tensor | None = None, leaves: torch.Tensor | None = None,
+                span: tuple[torch.Tensor, torch.Tensor] | None = None, nodes: bool = False,
+                from_nodes: bool = False) -> None:  # fmt: skip
+        """One kernel launch: sums onto ``out`` (from the leaves in ``leaves`` with
+        ``from_nodes``), else into ``leaves`` leaf ids (the walk's nodes with ``nodes``),
+        the trees of ``span``'s ranges, one per program along axis 1 (default: all)."""
+        n = rows.shape[0]
+        t = self.tables(schedule.top_depth)
+        x64 = rows.dtype == torch.float64
         stride_row, stride_feature = rows.stride()
         k = self.forest.n_outputs
-        span = ("all_from", "all_to") if leaves is not None else ("tree_from", "tree_to")
-        variant = self.variant(schedule, leaves=leaves is not None)
-        grid = (-(-n // schedule.block), 1 if leaves is not None or variant["OUTPUTS"] else k)
+        summing = out is not None
+        if span is None:
+            span = (t["tree_from"], t["tree_to"]) if summing else (t["all_from"], t["all_to"])
+        variant = self.variant(schedule, leaves=not summing)
+        # Along axis 1: each output's trees (vector leaves walked once: one program for
+        # every output), or each range of trees for leaves.
+        across = (1 if variant["OUTPUTS"] else k) if summing else int(span[0].shape[0])
+        grid = (-(-n // schedule.block), across)
         self.walk[grid](
             rows, stride_row, stride_feature, n,
-            out if out is not None else t["value"],  # neither is written to ...
+            out if summing else t["value"],  # neither is written to ...
             leaves if leaves is not None else t["child"],  # ... unless given
             self._zero(rows.dtype),
             t["top_packed"], t["top_thr64" if x64 else "top_thr32"], t["top_word"],
             t["top_node"], t["top_exit"], t["tree_levels"],
             t["link_word"], t["thr64" if x64 else "thr32"], t["value"].reshape(-1),
-            t["native_id"], t["tree_order"], t[span[0]], t[span[1]],
+            t["native_id"], t["tree_order"], span[0], span[1],
             t["cat_row"], t["cat_unknown_left"], t["bits_left"], t["bits_known"],
             self.forest.n_trees, k, int(t["bits_left"].shape[1]),
             **variant, WORD=not x64,
             OFF32=(n - 1) * stride_row + (rows.shape[1] - 1) * stride_feature < OFF32_LIMIT,
-            num_warps=schedule.warps, **_launch_options(),
+            NODES=nodes, FROM_NODES=from_nodes, num_warps=schedule.warps, **_launch_options(),
         )  # fmt: skip
+
+    def _chunk_span(self, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tree ranges ``[from, to)`` of ``chunks`` near-equal parts, on the device."""
+        if chunks not in self._chunks:
+            bounds = np.linspace(0, self.forest.n_trees, chunks + 1).round().astype(np.int32)
+            self._chunks[chunks] = (_on(bounds[:-1], self.device), _on(bounds[1:], self.device))
+        return self._chunks[chunks]
 
     def variant(self, schedule: TritonSchedule, *, leaves: bool = False) -> dict[str, int | bool]:
         """The kernel's constexprs for this forest under ``schedule``, but the rows'
@@ -248,6 +287,32 @@ class TritonWalk:
                 if bool(((as32.double() == rows) | torch.isnan(rows)).all()):
                     rows = as32
         return rows if _feature_major(rows) else rows.contiguous()
+
+
+#: Programs per multiprocessor that fill a GPU: a smaller batch splits its trees.
+PROGRAMS_PER_SM = 4
+#: Fewest trees a program of a split batch walks.
+TREES_PER_PROGRAM = 4
+#: Most leaves (rows x trees) a split batch writes between its two launches (64 MiB).
+MAX_SPLIT_LEAVES = 1 << 24
+
+
+def _programs_filling(device: torch.device) -> int:
+    """Programs that keep every multiprocessor of a CUDA device busy; 0 elsewhere (the
+    interpreter runs one program at a time: nothing to fill)."""
+    if device.type != "cuda":
+        return 0
+    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def tree_chunks(n_rows: int, block: int, n_trees: int, programs: int) -> int:
+    """Parts to split the trees into, so that blocks of rows times parts reach
+    ``programs``; 1 when the rows alone fill half of them (a second launch would cost
+    more than it gains), or their leaves would not fit :data:`MAX_SPLIT_LEAVES`."""
+    blocks = -(-n_rows // block)
+    if 2 * blocks > programs or n_rows * n_trees > MAX_SPLIT_LEAVES:
+        return 1
+    return max(1, min(-(-programs // blocks), n_trees // TREES_PER_PROGRAM))
 
 
 #: Vector leaves of at most this many outputs are walked once, all sums side by side.
@@ -374,7 +439,7 @@ def choose_schedule(walk: TritonWalk, *, timer: Callable[[Callable[[], None]], f
             break
 
         def run(schedule: TritonSchedule = schedule) -> None:
-            walk.launch(schedule, rows, out=out)
+            walk.launch(schedule, rows, out=out, split=False)  # rows of a large batch
 
         run()  # compiles the variant the first time
         walk.timings[schedule] = time_it(run)
@@ -445,7 +510,7 @@ def build_for(capability: int, *, x: str = "fp32", acc: str = "fp32", warps: int
     # once for two outputs (a binary random forest).
     vector = bool(constexprs.get("VECTOR")) and not constexprs.get("LEAVES")
     constexprs = {"WORD": x == "fp32", "OFF32": True, "OUTPUTS": 2 if vector else 0,
-                  **constexprs}  # fmt: skip
+                  "NODES": False, "FROM_NODES": False, **constexprs}  # fmt: skip
     # ``ones``: integer arguments equal to 1, which the JIT compiles in as constants.
     constexprs = {**constexprs, **dict.fromkeys(ones, 1)}
     signature = {**variant_signature(x=x, acc=acc, off32=bool(constexprs["OFF32"])),
