@@ -4,6 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.runtime
+# The stand-in for the GPU machine's image that the rehearsal of the GPU call runs in
+# (below); named here, before `test` lists it (make reads a rule's prerequisites as it
+# meets them).
+GPU_VENV  := .venv-gpu
+GPU_STAMP := $(GPU_VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 # Where a CPU-only torch comes from when pip's own configuration has none (e.g.
 # PyTorch's CPU wheel index); empty: pip's configured index and find-links.
@@ -44,7 +49,7 @@ $(RUNTIME): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(call install_torch,$(BIN))
 	$(BIN)/pip install -e .
-	$(BIN)/python -c "from scoring._compiler.generic import kernel_library; kernel_library()" \
+	$(BIN)/python -c "from scoring._compiler.walk_library import kernel_library; kernel_library()" \
 		|| echo "warning: no C++ compiler: strategy 'fused' is unavailable on CPU (install g++)"
 	touch $(RUNTIME)
 
@@ -111,8 +116,6 @@ $(PEERS_VENV)/.installed: pyproject.toml benchmarks/peers.txt
 # brings tzdata, which the image lacks: removed, as pandas runs without it.  CatBoost,
 # too big to carry, goes into catboost/ beside the venv, for the interpreter parity of
 # its recipes under the image's Triton.
-GPU_VENV  := .venv-gpu
-GPU_STAMP := $(GPU_VENV)/.installed
 $(GPU_STAMP): benchmarks/gpu/image.txt benchmarks/gpu/wheels.sh Makefile
 	rm -rf $(GPU_VENV)
 	$(PYTHON) -m venv $(GPU_VENV)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import scoring  # noqa: E402
-from scoring._compiler.generic import _linked_tables  # noqa: E402
+from scoring._compiler.layout import linked_tables  # noqa: E402
 from scoring._compiler.triton_walk import MAX_TOP, VisitCosts, visit_costs, walked_once  # noqa: E402
 from scoring._ir import Forest  # noqa: E402
 from scoring.recipes import GPU_RECIPES  # noqa: E402
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---:|---:|---:|---|"]  # fmt: skip
     for recipe in GPU_RECIPES:
         forest = scoring.compile(recipe.build(), backend="native").forest
-        linked = _linked_tables(forest, np.dtype(np.float64))  # the walk's own tables
+        linked = linked_tables(forest, np.dtype(np.float64))  # the walk's own tables
         kind = variant(forest, linked)
         after = visit_costs(90, TOP=MAX_TOP, BLOCK=128, BEFORE_TRUNC=False, LEAVES=False, **kind)
         before = BEFORE[(str(kind["x"]), str(kind["acc"]), bool(kind["VECTOR"]))]

@@ -3,7 +3,7 @@ per machine, the forest passed as tables, its schedule measured per model.
 
 Every schedule must give the eager walk's sums bit for bit, on every recipe, at both
 input precisions, on both of the kernel's paths (AVX2 and scalar) and with both node
-words (compact and full).
+words (compact and full); and the eager walk's leaf ids, from walk.cpp itself.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import torch
 import scoring
 from scoring._backends import tensor as tensor_backend
 from scoring._compiler import compile_forest, generic
-from scoring._compiler.generic import GenericWalk, Schedule, _library_root, torch_on_caller
+from scoring._compiler.generic import GenericWalk, Schedule, torch_on_caller
+from scoring._compiler.walk_library import _library_root
 from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
@@ -103,6 +104,11 @@ def test_every_schedule_gives_the_eager_walks_sums_bit_for_bit(name: str) -> Non
                     got = _sums(walk, schedule, x, start, compact=compact)
                     where = f"{name} {schedule} compact={compact} {x.dtype}"
                     np.testing.assert_array_equal(got, expected, err_msg=where)
+            leaves = eager.leaf_ids(x).numpy()  # leaf ids: walk.cpp's own, at every top
+            for top in sorted({s.top_depth for s in _schedules(stage.max_depth)}):
+                walk.tables = walk.tables_for(top)
+                got = walk.leaf_ids(x).numpy()
+                np.testing.assert_array_equal(got, leaves, err_msg=f"{name} top {top} {x.dtype}")
 
 
 def test_wide_rows_transposed_in_registers_give_the_columns_sums_bit_for_bit() -> None:
@@ -226,10 +232,10 @@ def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
 #: A process that scores with ``fused`` and says whether it built the kernel.
 _PROCESS = """
 import sys, numpy as np, scoring
-from scoring._compiler import generic
+from scoring._compiler import walk_library
 built = []
-compile_library = generic._compile_library
-generic._compile_library = lambda target: (built.append(target), compile_library(target))
+compile_library = walk_library._compile_library
+walk_library._compile_library = lambda target: (built.append(target), compile_library(target))
 cm = scoring.compile(sys.argv[1], backend="tensor", device="cpu", strategy="fused")
 print(float(cm.predict_raw(np.zeros((3, cm.forest.n_features), np.float32))[0]), len(built))
 """

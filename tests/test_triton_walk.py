@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from scoring._compiler import triton_walk
-from scoring._compiler.generic import _linked_tables
+from scoring._compiler.layout import linked_tables
 from scoring._compiler.triton_walk import (
     INTEGER_ARGUMENTS,
     MAX_TOP,
@@ -144,7 +144,7 @@ def test_a_binary_random_forest_walks_each_tree_once() -> None:
     one program per output walked every tree once per output."""
     walk = object.__new__(TritonWalk)  # its variant alone: no kernel, no interpreter
     walk.forest = built("sk_et_clf")[1]
-    walk._linked = _linked_tables(walk.forest, np.dtype(np.float64))
+    walk._linked = linked_tables(walk.forest, np.dtype(np.float64))
     assert walk.forest.n_outputs == 2
     assert walk.variant(TritonSchedule(MAX_TOP, 128, 4, True))["OUTPUTS"] == 2
     assert walked_once(np.zeros((4, 3))) == 4 and walked_once(np.zeros((4, 9))) == 0

@@ -273,10 +273,9 @@ def _kernel_for(forest: Forest, name: str, device: torch.device
     """How strategy ``name`` computes the sums on ``device`` (None: the eager walk)."""
     if name == "triton" or (name == "fused" and device.type == "cuda"):
         return lambda m: WalkKernel(name, TritonWalk(forest, acc=m.acc_dtype, device=device),
-                                    start=m._start, eager=m.eager)  # fmt: skip
+                                    start=m._start)  # fmt: skip
     if name == "fused":
-        return lambda m: WalkKernel(name, GenericWalk(forest, acc=m.acc_dtype), start=m._start,
-                                    eager=m.eager)  # fmt: skip
+        return lambda m: WalkKernel(name, GenericWalk(forest, acc=m.acc_dtype), start=m._start)
     if name == "compiled":
         return lambda m: CompiledKernel(
             FusedBlocks(_PreparedWalk(m), prepare=_contiguous, device=device), eager=m.eager

@@ -42,11 +42,8 @@ Later, on an AVX-512 host (Zen 4, one core, 20k rows, in alternation in one proc
 * not kept: reading row-major rows in place, without the block (2,000 features:
   41 -> 88 ms; the node-by-node levels become gathers from rows 8 KB apart).
 
-The library is built the first time a machine needs it (or by ``make install`` and
-``make demo``) into the folder of native code (:mod:`.native_cache`; also where per-model
-packages are ``off``), named by a digest of its source, its flags and this CPU's
-instruction set, under that folder's build lock and by its atomic rename, so that workers
-starting together build it once; a machine without a compiler loads one built before.
+The library is built once per machine (:mod:`.walk_library`); the forest's tables are
+laid out by :mod:`.layout`.
 
 How a forest is laid out and walked is chosen per model by measurement
 (:func:`choose_schedule`): how many top levels are a heap-ordered complete tree, how
@@ -60,33 +57,24 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
-import platform
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from .._inputs import Columns
-from .._ir import Forest, Tree
+from .._ir import Forest
 from ..errors import CompileError
-from .kernels import _DEFAULT_LEFT, ZERO_THRESHOLD, pack_node_flags
-from .native_cache import build_lock, cache_root, digest, private, publishing
-from .tables import bitset_tables, leaf_tables, node_params, threshold32
+from .kernels import ZERO_THRESHOLD
+from .layout import linked_tables, top_tables
+from .walk_library import Tables, kernel_library
 
-__all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "kernel_library", "narrowed"]
+__all__ = ["CHUNK_ROWS", "GenericWalk", "Schedule", "choose_schedule", "narrowed"]
 
-_SOURCE = Path(__file__).with_name("walk.cpp")
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-fno-math-errno",
-          "-shared", "-fPIC")  # fmt: skip
 #: Rows per kernel call where a forest's cost per row was not measured (a schedule
 #: given): enough to amortise the call, few enough that two threads share a batch
 #: evenly when one core is busy.
@@ -99,120 +87,6 @@ _CHUNK_SECONDS = 5e-4
 _CHUNK_MIN, _CHUNK_MAX = 256, 1 << 16
 #: Deepest heap-ordered top: 2**10 positions per tree.
 _MAX_TOP = 10
-
-_P = ctypes.c_void_p
-
-
-class _Tables(ctypes.Structure):
-    """``struct Tables`` of walk.cpp, field for field."""
-
-    _fields_ = [
-        ("n_trees", ctypes.c_int64), ("n_features", ctypes.c_int64),
-        ("n_outputs", ctypes.c_int64), ("top_depth", ctypes.c_int32),
-        ("vector_leaves", ctypes.c_int32), ("top_packed", _P), ("top_threshold", _P),
-        ("top_node", _P), ("top_exit", _P), ("tree_levels", _P), ("compact", _P), ("packed", _P),
-        ("threshold", _P), ("child", _P), ("value", _P), ("group", _P), ("cat_row", _P),
-        ("cat_unknown_left", _P), ("bits_left", _P), ("bits_known", _P),
-        ("words", ctypes.c_int32), ("cat_check_before_trunc", ctypes.c_int32),
-        ("zero", ctypes.c_double), ("used", _P), ("n_used", ctypes.c_int64),
-    ]  # fmt: skip
-
-
-# -- the library: built once per machine --------------------------------------------------
-
-_library: ctypes.CDLL | None = None
-_library_lock = threading.Lock()
-
-
-def kernel_library() -> ctypes.CDLL:
-    """The walk's shared library, built on first use on this machine (see the module)."""
-    global _library
-    with _library_lock:
-        if _library is None:
-            _library = _load(_built_library())
-        return _library
-
-
-def _compiler() -> str:
-    return os.environ.get("CXX") or "c++"
-
-
-def _library_digest() -> str:
-    """What decides the library's code: its source, the flags and this CPU (a plain C
-    ABI, so not the compiler's version: any build of the same source will do)."""
-    return digest(_SOURCE.read_bytes(), " ".join(_FLAGS), platform.machine(), _cpu_flags())
-
-
-def _cpu_flags() -> str:
-    """This CPU's instruction set: ``-march=native`` code must not run on another."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    return platform.processor()
-
-
-def _built_library() -> Path:
-    root = _library_root()
-    target = root / f"walk-{_library_digest()}.so"
-    if target.exists():  # a machine without a compiler can load one built before
-        return target
-    try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with build_lock(root, target.name):  # a worker starting beside us builds it once
-            if not target.exists():
-                with publishing(target) as partial:
-                    _compile_library(partial)
-    except OSError as exc:  # read-only, no permission, disk full, a file in the way
-        raise CompileError(
-            f"strategy 'fused' builds its kernel once into {root}, which cannot be written "
-            f"({exc.strerror or exc}: {exc.filename or root}); make it writable, or set "
-            "SCORING_COMPILE_CACHE to a folder you can write"
-        ) from exc
-    return target
-
-
-def _library_root() -> Path:
-    """``$SCORING_COMPILE_CACHE``, else the user's cache, also when per-model packages are
-    ``off`` (the kernel is the product's, not a model's); a private folder of this
-    process where that folder is not the user's alone (the library is native code)."""
-    root = cache_root()
-    if root.exists() and not private(root):
-        return Path(tempfile.mkdtemp(prefix="scoring-walk-"))
-    return root
-
-
-def _compile_library(out: Path) -> None:
-    args = [_compiler(), *_FLAGS, "-o", str(out), str(_SOURCE)]
-    try:
-        done = subprocess.run(args, capture_output=True, text=True)
-    except OSError as exc:
-        raise CompileError(
-            f"strategy 'fused' builds its kernel once per machine with a C++ compiler "
-            f"({_compiler()!r}: {exc.strerror}); install g++ or set CXX, or use "
-            "strategy='tree_traversal'"
-        ) from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise CompileError(f"strategy 'fused': building its kernel failed ({last}); "
-                           "use strategy='tree_traversal'")  # fmt: skip
-
-
-def _load(path: Path) -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(path))
-    lib.walk_score.restype = ctypes.c_int32
-    lib.walk_score.argtypes = [
-        ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, _P, ctypes.c_int64, _P,
-        *[ctypes.c_int32] * 4,
-    ]  # fmt: skip
-    lib.walk_score_columns.restype = ctypes.c_int32
-    lib.walk_score_columns.argtypes = [
-        ctypes.POINTER(_Tables), *[ctypes.c_int32] * 4, ctypes.POINTER(_P), ctypes.c_int64,
-        ctypes.c_int64, _P, *[ctypes.c_int32] * 4,
-    ]  # fmt: skip
-    lib.walk_vector_lanes.restype = ctypes.c_int32
-    return lib
-
 
 # -- tables --------------------------------------------------------------------------------
 
@@ -247,14 +121,14 @@ class _WalkTables:
     one for float64 (calls side by side may each take either, so neither is changed)."""
 
     def __init__(self, forest: Forest, linked: dict[str, np.ndarray], top_depth: int):
-        self.arrays = {**linked, **_top_tables(linked, top_depth)}
+        self.arrays = {**linked, **top_tables(linked, top_depth)}
         self.top_depth = top_depth
         self.structs = {x64: self._struct(forest, x64) for x64 in (False, True)}
 
-    def _struct(self, forest: Forest, x64: bool) -> _Tables:
+    def _struct(self, forest: Forest, x64: bool) -> Tables:
         a = self.arrays
         precision = "64" if x64 else "32"
-        struct = _Tables(
+        struct = Tables(
             n_trees=forest.n_trees, n_features=forest.n_features, n_outputs=forest.n_outputs,
             top_depth=self.top_depth, vector_leaves=int(a["value"].ndim == 2),
             words=int(a["bits_left"].shape[1]),
@@ -277,99 +151,6 @@ _POINTERS = {
     "group": "group", "cat_row": "cat_row", "cat_unknown_left": "cat_unknown_left",
     "bits_left": "bits_left", "bits_known": "bits_known", "used": "used",
 }  # fmt: skip
-
-
-def _linked_tables(forest: Forest, acc: np.dtype[Any]) -> dict[str, np.ndarray]:
-    """The whole forest flat, tree t's nodes from ``t * width`` in breadth-first order
-    (so siblings sit side by side; walk.cpp's linked tables)."""
-    walked = [_breadth_first(tree) for tree in forest.trees]
-    orders = [order for order, _ in walked]
-    width = max(order.size for order in orders)
-    n_trees = forest.n_trees
-    if n_trees * width >= 2**31:
-        raise CompileError(f"{forest.described} has too many nodes for strategy 'fused'")
-    base = np.arange(n_trees, dtype=np.int64)[:, None] * width
-    p = node_params(forest, _padded(orders, width), width)
-    leaves = leaf_tables(forest, orders, width)
-    first = np.arange(n_trees * width, dtype=np.int64).reshape(n_trees, width)  # leaves: self
-    leaf = np.ones((n_trees, width), bool)
-    for t, (tree, order) in enumerate(zip(forest.trees, orders, strict=True)):
-        inner = tree.left[order] >= 0
-        leaf[t, : order.size] = ~inner
-        position = np.empty(tree.n_nodes, np.int64)
-        position[order] = np.arange(order.size)
-        first[t, : order.size][inner] = base[t, 0] + position[tree.left[order[inner]]]
-    packed = np.where(leaf, _DEFAULT_LEFT, pack_node_flags(p))  # a leaf goes left ...
-    threshold = np.where(leaf, np.inf, p.threshold)  # ... whatever the value
-    bits = bitset_tables(forest)
-    value = leaves.value
-    value = value.reshape(n_trees * width, -1) if value.ndim == 3 else value.reshape(-1)
-    arrays = {
-        "packed": packed.reshape(-1),
-        "thr32": threshold32(threshold).reshape(-1),
-        "thr64": threshold.reshape(-1),
-        "child": first.reshape(-1),
-        "depth": np.array([depth for _, depth in walked]),
-        "value": value.astype(acc),
-        "native_id": leaves.native_id.reshape(-1),  # the native leaf id at each linked id
-        "cat_row": p.cat_row.reshape(-1),
-        "cat_unknown_left": p.cat_unknown_left.reshape(-1).astype(np.uint8),
-        "bits_left": bits.left.astype(np.uint32),
-        "bits_known": bits.known.astype(np.uint32),
-        "used": np.unique(p.feature[~leaf]),  # what the vector path copies per block
-    }
-    offset = np.where(leaf, 0, first - np.arange(first.size).reshape(first.shape))
-    if p.feature.max(initial=0) < 1 << 16 and offset.max(initial=0) < 1 << 13:
-        arrays["compact"] = (
-            np.where(leaf, 0, p.feature) | (leaf | p.default_left) << 16
-            | (~leaf & p.missing_zero) << 17 | offset << 19
-        ).reshape(-1).astype(np.uint32).view(np.int32)  # fmt: skip
-    if leaves.group is not None:
-        arrays["group"] = leaves.group
-    return {k: _c_array(v) for k, v in arrays.items()}
-
-
-def _breadth_first(tree: Tree) -> tuple[np.ndarray, int]:
-    """IR node ids level by level, each node's two children side by side; the depth."""
-    levels, frontier = [np.zeros(1, np.int64)], np.zeros(1, np.int64)
-    while frontier.size:
-        inner = frontier[tree.left[frontier] >= 0]
-        frontier = np.stack([tree.left[inner], tree.right[inner]], 1).reshape(-1).astype(np.int64)
-        levels.append(frontier)
-    return np.concatenate(levels), len(levels) - 2
-
-
-def _padded(orders: list[np.ndarray], width: int) -> list[np.ndarray]:
-    return [np.concatenate([o, np.full(width - o.size, -1, np.int64)]) for o in orders]
-
-
-def _c_array(a: np.ndarray) -> np.ndarray:
-    """Ids and counts as int32 (the kernel's), other types as they are, contiguous."""
-    return np.ascontiguousarray(a.astype(np.int32) if a.dtype == np.int64 else a)
-
-
-def _top_tables(linked: dict[str, np.ndarray], top_depth: int) -> dict[str, np.ndarray]:
-    """Every tree's top ``top_depth`` levels in heap order: the linked ids at each heap
-    position, a leaf copied down both sides (its first child is itself)."""
-    first = linked["child"]
-    n_trees = linked["depth"].size
-    level = np.zeros((n_trees, 1), np.int64)  # the roots' linked ids
-    level[:, 0] = np.arange(n_trees) * (first.size // max(n_trees, 1))
-    levels = [level]
-    for _ in range(top_depth):
-        left = first[level]
-        right = np.where(left == level, level, left + 1)
-        level = np.stack([left, right], -1).reshape(n_trees, -1)
-        levels.append(level)
-    inner = np.concatenate(levels[:-1], axis=1).reshape(-1) if top_depth else np.zeros(0, np.int64)
-    return {
-        "top_packed": _c_array(linked["packed"][inner]),
-        "top_thr32": _c_array(linked["thr32"][inner]),
-        "top_thr64": _c_array(linked["thr64"][inner]),
-        "top_node": _c_array(inner),
-        "top_exit": _c_array(levels[-1].reshape(-1)),
-        "tree_levels": _c_array(np.maximum(linked["depth"] - top_depth, 0)),
-    }
 
 
 # -- scoring -------------------------------------------------------------------------------
@@ -458,7 +239,7 @@ class GenericWalk:
         self.cat = int(forest.has_categorical)
         self.vector_lanes = int(self.lib.walk_vector_lanes())
         np_acc = np.float64 if acc == torch.float64 else np.float32
-        self._linked = _linked_tables(forest, np.dtype(np_acc))
+        self._linked = linked_tables(forest, np.dtype(np_acc))
         self._forest = forest
         #: Seconds each schedule tried took on the probe rows (empty when one was given).
         self.timings: dict[Schedule, float] = {}
@@ -482,6 +263,19 @@ class GenericWalk:
         self.run(self.tables, self.schedule, rows, x64, out, threads=True)
         return torch.from_numpy(out)
 
+    def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
+        """The native predictor's leaf id per row and tree, ``[B, T]`` (int64), from the
+        same walk (its scalar path) over rows as :meth:`sums` reads them."""
+        rows, x64 = self._input(x)
+        assert isinstance(rows, np.ndarray)  # a tensor's rows
+        ids = np.empty((len(rows), self._forest.n_trees), dtype=np.int32)
+        native_id = self._linked["native_id"]
+        if len(rows):
+            self.lib.walk_leaf_ids(ctypes.byref(self.tables.structs[x64]), int(x64), self.zero,
+                                   self.cat, rows.ctypes.data, len(rows),
+                                   native_id.ctypes.data, ids.ctypes.data)  # fmt: skip
+        return torch.from_numpy(ids).long()
+
     def run(self, tables: _WalkTables, schedule: Schedule, rows: np.ndarray | Columns,
             x64: bool, out: np.ndarray, *, threads: bool) -> None:  # fmt: skip
         """Every tree's leaf added to ``out``: one call, or with ``threads`` calls of
@@ -492,7 +286,7 @@ class GenericWalk:
         options = (schedule.block, schedule.uniform, int(schedule.vector),
                    int(schedule.below_rows))  # fmt: skip
         if isinstance(rows, Columns):
-            pointers = (_P * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
+            pointers = (ctypes.c_void_p * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
 
             def call(first: int, count: int, out_at: int) -> int:
                 return int(self.lib.walk_score_columns(struct, *args, pointers, first, count,

@@ -69,22 +69,18 @@ class EagerKernel:
 
 
 class WalkKernel:
-    """The walk shared by every forest, over this forest's tables; leaf ids from the walk
-    where it gives them (Triton), else from the eager walk (walk.cpp adds leaves only).
+    """The walk shared by every forest, over this forest's tables, for sums and leaf ids.
     Its sums also read a batch feature-major as it was read
     (:class:`~scoring._inputs.Columns`)."""
 
-    def __init__(self, name: str, walk: GenericWalk | TritonWalk, *, start: Start,
-                 eager: EagerKernel):  # fmt: skip
-        self.name, self.walk, self.start, self.eager = name, walk, start, eager
+    def __init__(self, name: str, walk: GenericWalk | TritonWalk, *, start: Start):
+        self.name, self.walk, self.start = name, walk, start
 
     def sums(self, x: torch.Tensor | Columns) -> torch.Tensor:
         return self.walk.sums(x, self.start(x))
 
     def leaf_ids(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.walk, TritonWalk):
-            return self.walk.leaf_ids(x)
-        return self.eager.leaf_ids(x)
+        return self.walk.leaf_ids(x)
 
     def selection(self) -> dict[str, float]:
         chosen = self.walk.schedule.selection()

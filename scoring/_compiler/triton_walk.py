@@ -52,8 +52,8 @@ import torch
 from .._inputs import Columns
 from .._ir import Forest
 from ..errors import CompileError, DependencyError
-from .generic import _linked_tables, _top_tables
 from .kernels import ZERO_THRESHOLD
+from .layout import linked_tables, top_tables
 
 __all__ = [
     "TritonSchedule", "TritonWalk", "VisitCosts", "build_for", "checked_on_host",
@@ -128,7 +128,7 @@ _INTERPRETED = TritonSchedule(top_depth=0, block=1024, warps=1, feature_major=Fa
 class TritonWalk:
     """Rows ``[B, F]`` -> ``start`` plus every tree's leaf, and leaf ids, on one device.
 
-    The tables are walk.cpp's (:func:`.generic._linked_tables`), moved to the device once.
+    The tables are walk.cpp's (:func:`.layout.linked_tables`), moved to the device once.
     Float64 rows whose values are all float32 values are walked as float32 against the
     float32 thresholds, as walk.cpp does: no branch changes.
     """
@@ -146,7 +146,7 @@ class TritonWalk:
         self.device = device
         self.acc = acc
         np_acc = np.dtype(np.float64 if acc == torch.float64 else np.float32)
-        self._linked = _linked_tables(forest, np_acc)
+        self._linked = linked_tables(forest, np_acc)
         self._tables: dict[int, dict[str, torch.Tensor]] = {}
         self._zeros: dict[torch.dtype, torch.Tensor] = {}
         #: Seconds each schedule tried took (empty when one was given or none measured).
@@ -162,7 +162,7 @@ class TritonWalk:
         """The device tables for a top of ``top_depth`` levels (built once each)."""
         if top_depth not in self._tables:
             linked = {**self._linked, "packed": _default_in_sign(self._linked["packed"])}
-            top = _top_tables(linked, top_depth)
+            top = top_tables(linked, top_depth)
             host = {**linked, **top, **_node_words(linked, top),
                     **_tree_ranges(self.forest, linked)}  # fmt: skip
             self._tables[top_depth] = {k: _on(v, self.device) for k, v in host.items()}

@@ -41,7 +41,7 @@ constexpr int32_t kMaxBlock = 256;
 
 extern "C" {
 
-// Tables of one forest; the field order is generic.py's _Tables.
+// Tables of one forest; the field order is walk_library.py's Tables.
 struct Tables {
   int64_t n_trees;
   int64_t n_features;
@@ -169,6 +169,22 @@ inline void walk(const Tables& f, int64_t t, const In& in, int32_t rows, int32_t
       const int32_t p = f.packed[n];
       const X v = in.at(r, p & kFeatureMask);
       node[r] = f.child[n] + goes_right<X, Zero, Cat>(f, n, p, v, thr[n]);
+    }
+  }
+}
+
+// Each row's native leaf id per tree into ids[rows, n_trees]: the scalar walk's leaf,
+// looked up in native_id (the linked id's leaf id in the framework's own numbering).
+template <bool Zero, bool Cat, typename In>
+void leaves(const Tables& f, const In& in, int64_t rows, const int32_t* native_id, int32_t* ids) {
+  int32_t node[kMaxBlock];
+  for (int64_t start = 0; start < rows; start += kMaxBlock) {
+    const int32_t n = static_cast<int32_t>(rows - start < kMaxBlock ? rows - start : kMaxBlock);
+    const In xb = in.after(start);
+    int32_t* ib = ids + start * f.n_trees;
+    for (int64_t t = 0; t < f.n_trees; ++t) {
+      walk<Zero, Cat>(f, t, xb, n, node);
+      for (int32_t r = 0; r < n; ++r) ib[r * f.n_trees + t] = native_id[node[r]];
     }
   }
 }
@@ -624,6 +640,24 @@ int32_t walk_score(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, in
     return RowMajor<X>{static_cast<const X*>(x), f->n_features};
   };
   by_types(*f, x64, acc64, zero, cat, make, rows, out, Options{block, uniform, vector, below_rows});
+  return 0;
+}
+
+// Each row's leaf per tree as the framework numbers it: ids[rows, n_trees] from
+// native_id[nodes]; x is [rows, n_features] row-major, doubles where x64.  The scalar
+// walk: the same tests as walk_score's every path.
+int32_t walk_leaf_ids(const Tables* f, int32_t x64, int32_t zero, int32_t cat, const void* x,
+                      int64_t rows, const int32_t* native_id, int32_t* ids) {
+  auto run = [&](auto typed) {
+    using X = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
+    const RowMajor<X> in{static_cast<const X*>(x), f->n_features};
+    if (zero && cat) leaves<true, true>(*f, in, rows, native_id, ids);
+    else if (zero) leaves<true, false>(*f, in, rows, native_id, ids);
+    else if (cat) leaves<false, true>(*f, in, rows, native_id, ids);
+    else leaves<false, false>(*f, in, rows, native_id, ids);
+  };
+  if (x64) run(static_cast<const double*>(nullptr));
+  else run(static_cast<const float*>(nullptr));
   return 0;
 }
 
