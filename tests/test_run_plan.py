@@ -27,8 +27,9 @@ def planned(tmp_path: Path) -> base.Run:
     model, X = model_frame("xgb_clf", rows=600)
     write_input(X, tmp_path / "in", files=3)
     compiled = scoring.compile(model, backend="native")
-    return base.plan_run(str(tmp_path / "in"), str(tmp_path / "out"), compiled, keep=["id"],
-                         engine=local.ENGINE)  # fmt: skip
+    request = base.PlanRequest(str(tmp_path / "in"), scoring.Output(str(tmp_path / "out")),
+                               compiled, plan.ScoreSpec(keep=("id",)), local.ENGINE)  # fmt: skip
+    return base.plan_run(request)
 
 
 class Seen:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._changes import Incremental
 from .._dataset import InputDataset, filtered, open_input
+from .._explanations import output_spec
 from .._iceberg import storage_url
 from .._lease import OutputLease
 from .._progress import RunProgress
@@ -36,6 +37,7 @@ from .base import (
     ENGINES,
     Engine,
     ModelSource,
+    PlanRequest,
     ScoreReport,
     check_outside_process,
     options_for,
@@ -45,6 +47,7 @@ from .base import (
     resolve_model,
     unused_staging_cleared,
 )
+from .plan import ScoreSpec
 from .target import output_failures
 
 __all__ = ["ENGINES", "Engine", "ModelSource", "ScoreReport", "engine_named",
@@ -131,13 +134,25 @@ def score_parquet(
         )
         lease = OutputLease(str(output), location=located)
         try:
-            planned = plan_run(data, str(output), source.compiled, keep=keep, outputs=outputs,
-                               verify=watch.verify, engine=runner, device=device,
-                               backend=backend, strategy=strategy, lease=lease, stores=stores,
-                               output_format=target.kind, mode=target.mode,
-                               partition_by=target.partition_by,
-                               settings={"engine_options": dict(engine_options or {})},
-                               monitor=watch.monitor, incremental=incremental)  # fmt: skip
+            score = ScoreSpec(
+                keep=tuple(keep),
+                outputs=output_spec(outputs),
+                device=device,
+                backend=backend,
+                strategy=strategy,
+                monitor=watch.monitor,
+            )
+            request = PlanRequest(
+                data,
+                target,
+                source.compiled,
+                score,
+                runner,
+                verify=watch.verify,
+                incremental=incremental,
+                settings={"engine_options": dict(engine_options or {})},
+            )
+            planned = plan_run(request, lease=lease, stores=stores)
             if planned.complete:
                 return report(planned, engine=engine, timeline=[], label=source.label)
             tracker = RunProgress(sum(f.rows for f in planned.todo), enabled=progress)

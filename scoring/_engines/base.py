@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,7 +45,7 @@ from .._progress import RunProgress
 from .._publish import Publisher
 from .._registry import ModelStore
 from .._scorer import Scorer
-from .._specs import validated
+from .._specs import Output, validated
 from .._stores import StoreConfig
 from .._where import RowFilter
 from ..errors import ConfigError, EngineError, InputError, ScoringError
@@ -57,6 +57,7 @@ __all__ = [
     "ENGINES",
     "Engine",
     "ModelSource",
+    "PlanRequest",
     "Run",
     "ScoreReport",
     "Scored",
@@ -433,41 +434,42 @@ def job_options(table: BaseModel | None, engine: str, given: Mapping[str, Any]) 
     return options
 
 
-def plan_run(
-    input: str | InputDataset,
-    output: str,
-    model: Scoring,
-    *,
-    keep: Sequence[str] = (),
-    outputs: str | Sequence[str] = "default",
-    verify: bool = False,
-    engine: Engine,
-    device: str = "auto",
-    backend: str = "auto",
-    strategy: str = "auto",
-    lease: OutputLease | None = None,
-    stores: StoreConfig | None = None,
-    output_format: str = "parquet",
-    mode: str | None = None,
-    settings: Mapping[str, Any] | None = None,
-    partition_by: Sequence[str] = (),
-    monitor: Profile | None = None,
-    hooks: Hooks | None = None,
-    incremental: Incremental | None = None,
-) -> Run:
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a run is asked, as the records its caller already holds: the input (a
+    location, or opened: a job's planner opens it once), the output (its location,
+    format, mode and partition columns, :class:`scoring.Output`), the model, how each
+    batch is scored (:class:`.plan.ScoreSpec`), the engine, whether a rerun hashes its
+    files, and what changed since the last run to score (``incremental``).
+    ``settings``: the rest of what the run was given (engine, its options), recorded
+    beside its staged files and compared on a rerun (:mod:`scoring._staging`)."""
+
+    input: str | InputDataset
+    output: Output
+    model: Scoring
+    score: ScoreSpec
+    engine: Engine
+    verify: bool = False
+    incremental: Incremental | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
+             stores: StoreConfig | None = None, hooks: Hooks | None = None) -> Run:  # fmt: skip
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
-    ``output_format`` ``delta``: a Delta table, written as ``mode`` says
-    (:mod:`scoring._publish_delta`).  ``settings``: the rest of what the run was given
-    (engine, its options), recorded beside its staged files and compared on a rerun
-    (:mod:`scoring._staging`).  ``partition_by``: a Delta output's partition columns
-    (kept columns that partition the input, see :func:`.target.partitions_of`).
-    ``monitor``: the model's reference profile, each file's rows counted into its bins;
-    ``hooks``: the plan's (:data:`.plan.HOOKS` by default).  ``incremental``: score only
-    what changed since the output's last complete run (:mod:`scoring._changes`)."""
+    A Delta output is written as its mode says (:mod:`scoring._publish_delta`); its
+    partition columns are kept columns that partition the input
+    (:func:`.target.partitions_of`).  ``hooks``: the plan's (:data:`.plan.HOOKS` by
+    default).  ``request.incremental``: score only what changed since the output's last
+    complete run (:mod:`scoring._changes`)."""
+    input, model, engine = request.input, request.model, request.engine
+    output, output_format = request.output.url, request.output.kind
+    mode, partition_by = request.output.mode, request.output.partition_by
+    keep, incremental = request.score.keep, request.incremental
     data = input if isinstance(input, InputDataset) else open_input(input)
     check_apart(data.url, output)
-    outputs = output_spec(outputs)  # one spelling in the job key, however it was asked
+    outputs = output_spec(request.score.outputs)  # one spelling in the job key, however asked
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
     columns = _read_columns(scorer, data, keep)
@@ -488,8 +490,9 @@ def plan_run(
         lease.acquire()
     job = _job(model, keep, outputs, where=data.where)
     hooks = plan_hooks.HOOKS if hooks is None else hooks
+    verify = request.verify
     given = {"input": data.url, "input_version": data.requested_version, "verify": verify,
-             "engine": engine.name, **(settings or {})}  # fmt: skip
+             "engine": engine.name, **request.settings}  # fmt: skip
     if incremental is not None:
         given["incremental"] = asdict(incremental)
     publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
@@ -516,8 +519,7 @@ def plan_run(
             _refuse_empty(data, None)
     done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
-    score = ScoreSpec(keep=tuple(keep), outputs=outputs, device=device, backend=backend,
-                      strategy=strategy, monitor=monitor)  # fmt: skip
+    score = replace(request.score, keep=tuple(keep), outputs=outputs)
     plan = RunPlan(
         data,
         publisher.journal,
