@@ -24,6 +24,7 @@ each recorded with its size and sha256 as the product's own files are.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -293,8 +294,10 @@ class DeltaPublisher:
         if self.mode == "merge":
             source = engine_dir(journal)
             paths = written(journal, source, prefix)
-            files = [FileRecord(p[len(source) :].lstrip("/"), 0, "", journal.fs.size(p))
-                     for p in paths]  # fmt: skip
+            # Recorded as the product's own files are (rows, size, sha256), named within
+            # the engine's folder; delta-rs writes the merged files from them.
+            files = [dataclasses.replace(r, output=p[len(source) :].lstrip("/"))
+                     for r, p in zip(recorded(journal, paths), paths, strict=True)]  # fmt: skip
             self._merge(paths, base=source, extra=extra)
             return self._done(publication, inputs, files, extra=extra)
         take(journal, publication, prefix, into=self._folder)

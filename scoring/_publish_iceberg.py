@@ -306,7 +306,7 @@ class IcebergPublisher:
                 if schema is not None:
                     _check_schema(table, schema, self.url)
                 txn = table.transaction()
-            self._snapshot(txn, paths, summary=self._summary(
+            self._snapshot(txn, table, paths, summary=self._summary(
                 extra=extra, rows=sum(f.rows for f in files)))  # fmt: skip
             txn.commit_transaction()
         except (module.exceptions.CommitFailedException,
@@ -334,17 +334,21 @@ class IcebergPublisher:
                     spec.add_identity(column)
         return txn
 
-    def _snapshot(self, txn: Any, paths: list[str], *, summary: dict[str, str]) -> None:
-        """Add ``paths``, removing what the mode replaces, in one snapshot."""
+    def _snapshot(self, txn: Any, table: Any, paths: list[str], *,
+                  summary: dict[str, str]) -> None:  # fmt: skip
+        """Add ``paths`` to ``table`` (None: the one ``txn`` creates), removing what the
+        mode replaces, in one snapshot."""
+        from pyiceberg.io import load_file_io
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
         from pyiceberg.table import TableProperties
 
         if txn.table_metadata.name_mapping() is None:  # the files carry no field ids
             mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
             txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING: mapping})
-        io = txn._table.io
+        io = table.io if table is not None else load_file_io(
+            catalog_of(self.ref).properties, location=self.journal.url)  # fmt: skip
         added = [parquet_file_to_data_file(io, txn.table_metadata, p) for p in paths]
-        replaced = self._replaced(txn, added)
+        replaced = self._replaced(table, added)
         update = txn.update_snapshot(snapshot_properties=summary)
         with update.overwrite() if replaced else update.fast_append() as snapshot:
             for data_file in replaced:
@@ -352,15 +356,16 @@ class IcebergPublisher:
             for data_file in added:
                 snapshot.append_data_file(data_file)
 
-    def _replaced(self, txn: Any, added: list[Any]) -> list[Any]:
+    def _replaced(self, table: Any, added: list[Any]) -> list[Any]:
         """The table's data files this run's snapshot removes: all (``overwrite``), or
-        those of the partitions it writes (``overwrite_partitions``)."""
-        if self.mode not in ("overwrite", "overwrite_partitions") or txn._table is None:
+        those of the partitions it writes (``overwrite_partitions``); none of a table
+        this run creates (None)."""
+        if self.mode not in ("overwrite", "overwrite_partitions") or table is None:
             return []
-        current = txn.table_metadata.current_snapshot()
+        current = table.current_snapshot()
         if current is None:
             return []
-        files = data_files(txn._table, current.snapshot_id)
+        files = data_files(table, current.snapshot_id)
         if self.mode == "overwrite":
             return list(files)
         touched = {tuple(f.partition) for f in added}

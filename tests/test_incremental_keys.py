@@ -61,6 +61,24 @@ def _score(
     )  # fmt: skip
 
 
+def _files_merged(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The file records of every merge of an engine's own files (Spark's), as
+    :meth:`DeltaPublisher.publish_files` returns them."""
+    from scoring._publish_delta import DeltaPublisher
+
+    seen: list[Any] = []
+    publish_files = DeltaPublisher.publish_files
+
+    def recorded(self: DeltaPublisher, *args: Any, **kwargs: Any) -> Any:
+        manifest = publish_files(self, *args, **kwargs)
+        if self.mode == "merge":
+            seen.extend(manifest.published())
+        return manifest
+
+    monkeypatch.setattr(DeltaPublisher, "publish_files", recorded)
+    return seen
+
+
 def _same_as_a_full_rescore(out: Path, source: Path, clf: Any) -> None:
     latest = deltalake.DeltaTable(str(source)).to_pandas()
     want = sorted(zip(latest.id, latest.city, clf.predict_proba(latest[FEATURES])[:, 1],
@@ -254,6 +272,7 @@ def test_every_change_in_turn_on_each_engine_ends_as_a_full_rescore(
         module.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     options = {"num_workers": 1, "num_cpus": 1} if engine == "ray" else {"master": "local[1]"}
     path, clf = model
+    merged = _files_merged(monkeypatch)
     try:
         for partitioned in (True, False):
             source, out = tmp_path / f"in-{partitioned}", tmp_path / f"out-{partitioned}"
@@ -268,3 +287,5 @@ def test_every_change_in_turn_on_each_engine_ends_as_a_full_rescore(
     finally:
         if engine == "ray":
             module.shutdown()
+    if engine == "spark":  # Spark's own files, merged: each recorded as the product's are
+        assert merged and all(len(f.sha256) == 64 and f.bytes > 0 for f in merged), merged
