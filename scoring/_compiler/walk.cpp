@@ -173,34 +173,38 @@ inline void walk(const Tables& f, int64_t t, const In& in, int32_t rows, int32_t
   }
 }
 
-// Each row's native leaf id per tree into ids[rows, n_trees]: the scalar walk's leaf,
-// looked up in native_id (the linked id's leaf id in the framework's own numbering).
-template <bool Zero, bool Cat, typename In>
-void leaves(const Tables& f, const In& in, int64_t rows, const int32_t* native_id, int32_t* ids) {
-  int32_t node[kMaxBlock];
-  for (int64_t start = 0; start < rows; start += kMaxBlock) {
-    const int32_t n = static_cast<int32_t>(rows - start < kMaxBlock ? rows - start : kMaxBlock);
-    const In xb = in.after(start);
-    int32_t* ib = ids + start * f.n_trees;
-    for (int64_t t = 0; t < f.n_trees; ++t) {
-      walk<Zero, Cat>(f, t, xb, n, node);
-      for (int32_t r = 0; r < n; ++r) ib[r * f.n_trees + t] = native_id[node[r]];
-    }
-  }
-}
-
-template <typename A, bool Zero, bool Cat, bool Vec, typename In>
-void score(const Tables& f, const In& in, int64_t rows, A* out, int32_t block) {
+// Rows in blocks of `block`, each block through every tree: visit(t, start, n, node)
+// with the leaves (linked ids) of the block's n rows, from row `start`, in tree t.
+template <bool Zero, bool Cat, typename In, typename Visit>
+void each_leaf(const Tables& f, const In& in, int64_t rows, int32_t block, Visit visit) {
   int32_t node[kMaxBlock];
   for (int64_t start = 0; start < rows; start += block) {
     const int32_t n = static_cast<int32_t>(rows - start < block ? rows - start : block);
     const In xb = in.after(start);
-    A* ob = out + start * f.n_outputs;
     for (int64_t t = 0; t < f.n_trees; ++t) {
       walk<Zero, Cat>(f, t, xb, n, node);
-      add_leaves<A, Vec>(f, t, node, n, ob);
+      visit(t, start, n, node);
     }
   }
+}
+
+// Each row's native leaf id per tree into ids[rows, n_trees]: the scalar walk's leaf,
+// looked up in native_id (the linked id's leaf id in the framework's own numbering).
+template <bool Zero, bool Cat, typename In>
+void leaves(const Tables& f, const In& in, int64_t rows, const int32_t* native_id, int32_t* ids) {
+  each_leaf<Zero, Cat>(f, in, rows, kMaxBlock,
+                       [&](int64_t t, int64_t start, int32_t n, const int32_t* node) {
+                         int32_t* ib = ids + start * f.n_trees;
+                         for (int32_t r = 0; r < n; ++r) ib[r * f.n_trees + t] = native_id[node[r]];
+                       });
+}
+
+template <typename A, bool Zero, bool Cat, bool Vec, typename In>
+void score(const Tables& f, const In& in, int64_t rows, A* out, int32_t block) {
+  each_leaf<Zero, Cat>(f, in, rows, block,
+                       [&](int64_t t, int64_t start, int32_t n, const int32_t* node) {
+                         add_leaves<A, Vec>(f, t, node, n, out + start * f.n_outputs);
+                       });
 }
 
 }  // namespace
