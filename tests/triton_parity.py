@@ -101,7 +101,7 @@ def split_differences(walk: TritonWalk, x: torch.Tensor, start: torch.Tensor, su
                       leaves: np.ndarray, where: str) -> list[str]:  # fmt: skip
     """The same walk told that a device of many programs waits: leaf ids in one launch
     of tree ranges, sums in two (the leaves, then their values in tree order)."""
-    walk.programs = 1 << 30
+    programs, walk.programs = walk.programs, 1 << 30
     try:
         chunks = triton_walk.tree_chunks(len(x), walk.schedule.block, walk.forest.n_trees,
                                          walk.programs)  # fmt: skip
@@ -112,7 +112,7 @@ def split_differences(walk: TritonWalk, x: torch.Tensor, start: torch.Tensor, su
             found.append(f"leaf ids of {chunks} tree ranges differ ({where})")
         return found
     finally:
-        walk.programs = 0
+        walk.programs = programs
 
 
 def through_compile(name: str) -> list[str]:

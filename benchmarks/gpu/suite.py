@@ -392,7 +392,8 @@ def _walk_row(recipe: Recipe, work: Path, sizes: Sizes, device: str,
         built_as = kernel.schedule
         if device == "cpu":  # the interpreter's one large program: the GPU's first try
             built_as = candidates(cm.forest)[0]
-            schedule = f"interpreter; registers for sm_90 as {built_as.described()[8:]}"
+            as_built = built_as.described().removeprefix("Triton: ")
+            schedule = f"interpreter; registers for sm_90 as {as_built}"
         x = "fp64" if cm.forest.input_dtype == "float64" else "fp32"
         acc = "fp64" if kernel.acc == torch.float64 else "fp32"
         capability = torch.cuda.get_device_capability() if device == "cuda" else (9, 0)
@@ -421,11 +422,13 @@ def _split_or_not(module: Any, kernel: Any, rows: torch.Tensor) -> str:
     if programs is None:  # the CPU kernel standing in
         return "-"
     rates = []
-    for split in (programs, 0):
-        kernel.programs = split
-        with torch.inference_mode():
-            rates.append(f"{len(rows) / timed(lambda: module(rows)):,.0f}")
-    kernel.programs = programs
+    try:
+        for split in (programs, 0):
+            kernel.programs = split
+            with torch.inference_mode():
+                rates.append(f"{len(rows) / timed(lambda: module(rows)):,.0f}")
+    finally:
+        kernel.programs = programs
     return " / ".join(rates)
 
 

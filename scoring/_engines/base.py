@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -439,7 +439,8 @@ class PlanRequest:
     """What a run is asked, as the records its caller already holds: the input (a
     location, or opened: a job's planner opens it once), the output (its location,
     format, mode and partition columns, :class:`scoring.Output`), the model, how each
-    batch is scored (:class:`.plan.ScoreSpec`), the engine, whether a rerun hashes its
+    batch is scored (:class:`.plan.ScoreSpec`; its ``outputs`` as ``output_spec`` spells
+    them, the job key's spelling), the engine, whether a rerun hashes its
     files, and what changed since the last run to score (``incremental``).
     ``settings``: the rest of what the run was given (engine, its options), recorded
     beside its staged files and compared on a rerun (:mod:`scoring._staging`)."""
@@ -469,7 +470,7 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
     keep, incremental = request.score.keep, request.incremental
     data = input if isinstance(input, InputDataset) else open_input(input)
     check_apart(data.url, output)
-    outputs = output_spec(request.score.outputs)  # one spelling in the job key, however asked
+    outputs = request.score.outputs  # as the job key spells it (the caller's output_spec)
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     scorer.check_schema(data.schema)
     columns = _read_columns(scorer, data, keep)
@@ -519,14 +520,13 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
             _refuse_empty(data, None)
     done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
-    score = replace(request.score, keep=tuple(keep), outputs=outputs)
     plan = RunPlan(
         data,
         publisher.journal,
         model.sha256,
         tuple(columns),
         schema,
-        score,
+        request.score,
         stores=dict(stores or {}),
         hooks=hooks,
     )
