@@ -84,8 +84,8 @@ def read_chars() -> int:
 def child(models: list[str], data: str, out: str, backend: str) -> None:
     """One job in this process; prints one JSON line."""
     import scoring
-    from scoring._dataset import open_input
     from scoring._engines import resolve_model
+    from scoring._formats.dataset import open_input
     from scoring._modelset import scorer_for
 
     entries = [{"model": m, "prefix": f"m{k:02d}"} for k, m in enumerate(models)]

@@ -2,7 +2,7 @@
 the stage between the input and the publisher.
 
 An incremental run compares its input with what the output's publisher recorded of
-its last complete run (:meth:`~scoring._publish.Publisher.previous`: the job key, the
+its last complete run (:meth:`~scoring._formats.publication.Publisher.previous`: the job key, the
 input and its version, the fragments and files) and scores only the difference:
 
 - a **Parquet folder**: files not scored before are new (a folder output's manifest
@@ -36,12 +36,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from ._dataset import InputDataset, delta_storage_options, open_input
-from ._delta_cdf import changes, escaped_log
 from ._files import exists
-from ._iceberg import appended
-from ._journal import Entry, Journal, job_key
-from ._manifest import Manifest
+from ._formats import FORMATS, INCREMENTAL, format_named
+from ._formats.dataset import InputDataset, delta_storage_options, open_input
+from ._formats.delta_cdf import changes, escaped_log
+from ._formats.iceberg_catalog import appended
+from ._journal.journal import Entry, Journal, job_key
+from ._journal.manifest import Manifest
 from .errors import READ_FIX, WRITE_FIX, ConfigError, InputError, cause_line, translated
 
 __all__ = ["INCREMENTAL", "ON_CHANGED", "Changes", "Incremental", "change_set",
@@ -51,9 +52,6 @@ __all__ = ["INCREMENTAL", "ON_CHANGED", "Changes", "Incremental", "change_set",
 ON_CHANGED = ("refuse", "rescore")
 #: What a refused incremental run can do instead.
 FULL_RUN = "score everything again (mode 'overwrite', without incremental)"
-#: The publishers' mode for an incremental run: a full run replaces the output (it is
-#: the job's own), a later one adds (or, a Delta table's, merges) what changed.
-INCREMENTAL = "incremental"
 #: The rows a staged change file holds at most (engines spread a run over files).
 CHANGE_FILE_ROWS = 1 << 20
 _FEED = "delta.enableChangeDataFeed"
@@ -143,7 +141,7 @@ def check_incremental(
     for column in key:
         if column not in keep:
             raise ConfigError(f"key column {column!r} must be a kept column (add it to keep)")
-    if key and output_format != "delta":
+    if key and not format_named(output_format).merges:
         raise ConfigError(
             "key columns merge a Delta output (format delta); a Parquet output takes new "
             "input files only: drop key, or write a Delta table"
@@ -174,7 +172,7 @@ def change_set(
     if lost and (data.snapshot is not None or previous.files is not None):
         return Changes("full", f"the last run's output file {lost[0]!r} is gone or changed",
                        data=data, input_rows=rows, inserted=rows)  # fmt: skip
-    if (data.snapshot or {}).get("format") == "iceberg":
+    if data.snapshot is not None and FORMATS[data.snapshot["format"]].changes == "appends":
         return _appended_changes(data, previous)
     if data.snapshot is not None:
         return _table_changes(data, previous, journal=journal, output_format=output_format,
@@ -264,7 +262,8 @@ def _outputs_of(previous: Manifest) -> dict[str, str]:
 
 def _appended_changes(data: InputDataset, previous: Manifest) -> Changes:
     """The data files the snapshots after the one the last run read appended; any other
-    kind of snapshot between is refused by name (:func:`scoring._iceberg.appended`)."""
+    kind of snapshot between is refused by name
+    (:func:`scoring._formats.iceberg_catalog.appended`)."""
     since = int((previous.input_snapshot or {})["version"])
     until = int((data.snapshot or {})["version"])
     base = Changes("none", "", carried=previous, since=since, until=until, input_rows=data.rows,
@@ -422,7 +421,7 @@ def _write_staged(
     fs.makedirs(f"{folder}/rows", exist_ok=True)
     if upserts.num_rows:
         pads.write_dataset(
-            upserts, f"{folder}/rows", format="parquet", filesystem=fs,
+            upserts, f"{folder}/rows", format=pads.ParquetFileFormat(), filesystem=fs,
             partitioning=list(partitions) or None, partitioning_flavor="hive" if partitions
             else None, basename_template=f"{folder.rsplit('/', 1)[-1]}-part-{{i}}.parquet",
             max_rows_per_file=CHANGE_FILE_ROWS, max_rows_per_group=CHANGE_FILE_ROWS,
@@ -439,7 +438,7 @@ def _refuse_unfollowed(
     """Updated or deleted rows need a Delta output merged on key columns."""
     if not (counts["delete"] or counts["update"]):
         return
-    if output_format != "delta":
+    if not format_named(output_format).merges:
         raise InputError(
             f"Delta table {url!r} updated or deleted rows since the last run; an output that "
             "follows them is a Delta table merged on key columns: write format delta with "

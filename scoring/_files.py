@@ -1,4 +1,5 @@
-"""Questions about an output's files that never swallow an interruption.
+"""A run's files: the input file a run scores (:class:`Fragment`), and questions about
+files that never swallow an interruption (:func:`exists`).
 
 fsspec's ``exists`` answers False for *any* exception raised while it asks, a bare
 ``except:`` that also takes KeyboardInterrupt and the SIGTERM a command raises where
@@ -9,9 +10,13 @@ descriptor" instead of the stop it asked for).  Here only "not found" means no.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["exists"]
+__all__ = ["FINGERPRINT", "Fragment", "exists"]
+
+#: What marks a fingerprint holding evidence of the file's content.
+FINGERPRINT = "c-"
 
 
 def exists(fs: Any, path: str) -> bool:
@@ -22,3 +27,26 @@ def exists(fs: Any, path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One input file: its rows (from the footer) and where its output goes."""
+
+    index: int
+    path: str
+    relpath: str  # relative to the input's base directory; names the output file
+    rows: int
+    #: Path, size, modification time and evidence of the content (the Parquet footer,
+    #: an object store's ETag, a local file's change time): a changed file is rescored,
+    #: even one rewritten at its old size with its old mtime restored (``cp -p``).
+    fingerprint: str
+    size: int = 0  # bytes
+    #: The fingerprint an earlier version recorded (path, size and mtime alone).
+    legacy: str = ""
+
+    def same_as(self, fingerprint: str) -> bool:
+        """Whether a recorded ``fingerprint`` is this file's (either form)."""
+        return fingerprint == self.fingerprint or (
+            not fingerprint.startswith(FINGERPRINT) and fingerprint == self.legacy
+        )

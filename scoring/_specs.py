@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from pydantic import InstanceOf, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 
-from ._dataset import InputDataset, without_delta_prefix
 from ._drift import Profile
-from ._iceberg import is_iceberg
+from ._formats import format_of
+from ._formats.dataset import InputDataset, without_delta_prefix
 from .errors import ConfigError
 
 __all__ = ["DEPRECATED", "Input", "Output", "RunOptions", "specs_of", "validated"]
@@ -91,11 +91,7 @@ class Output(_Located):
     @property
     def kind(self) -> str:
         """The format, as asked or as the location says."""
-        if self.format:
-            return self.format
-        if is_iceberg(self.location):
-            return "iceberg"
-        return "delta" if without_delta_prefix(str(self.location))[1] else "parquet"
+        return self.format or format_of(self.location)
 
 
 @dataclass(frozen=True)

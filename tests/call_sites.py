@@ -32,7 +32,7 @@ PRODUCT = str(Path(scoring.__file__).parent)
 
 @dataclass(frozen=True, order=True)
 class Site:
-    """``deltalake.table.DeltaTable.history`` called at ``_publish_delta.py:212``."""
+    """``deltalake.table.DeltaTable.history`` called at ``_formats/delta.py:80``."""
 
     library: str
     file: str

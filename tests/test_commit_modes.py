@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import scoring
-from scoring._publish import Publication
+from scoring._formats.publication import Publication
 from scoring.errors import OutputError
 
 from .conftest import sql_catalog

@@ -228,7 +228,7 @@ def test_readers_see_no_partial_version_at_any_step(
     tmp_path: Path, model: tuple[Path, Any, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader at each step of publication (the event) sees the table before or after."""
-    from scoring._publish import Publication
+    from scoring._formats.publication import Publication
 
     path, _, X = model
     _appended(tmp_path / "in", X, 3)
@@ -274,7 +274,7 @@ def test_the_table_is_read_by_deltalake_pandas_and_spark(
 
 def test_delta_in_and_out_on_s3(s3_bucket: str, tmp_path: Path,
                                 model: tuple[Path, Any, pd.DataFrame]) -> None:  # fmt: skip
-    from scoring._dataset import delta_storage_options
+    from scoring._formats.dataset import delta_storage_options
 
     path, clf, X = model
     source, out = f"{s3_bucket}/features", f"{s3_bucket}/scores"

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import scoring
-from scoring._publish import Publication
+from scoring._formats.publication import Publication
 from scoring.errors import ConfigError
 
 deltalake = pytest.importorskip("deltalake", reason="the delta extra is not installed")

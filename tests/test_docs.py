@@ -121,6 +121,32 @@ def test_every_example_is_run_or_left_out_with_a_reason() -> None:
         assert code in tomls or len(placed) == 1, f"example not placed: {code[:80]!r}"
 
 
+def test_the_output_formats_table_is_the_registrys() -> None:
+    """docs/batch.md's table of output formats states what the format registry says of
+    each: every registered format has its row, and each row its capabilities."""
+    from scoring._formats import FORMATS
+
+    text = (ROOT / "docs" / "batch.md").read_text()
+    section = text.split("## Output formats", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("| `")]  # fmt: skip
+    followed = {"files": "new input files", "feed": "the change data feed",
+                "appends": "appended snapshots"}  # fmt: skip
+    yes = {True: "yes", False: "no"}
+    documented = {row[0].strip("`"): row[1:] for row in rows}
+    assert sorted(documented) == sorted(FORMATS)
+    for name, kind in FORMATS.items():
+        output, modes, partitions, merges, versions, follows = documented[name]
+        assert ("folder" in output) is not kind.table, name
+        assert modes.split(", ") == list(kind.modes), name
+        assert [partitions, merges, versions] == [
+            yes[kind.partitions],
+            yes[kind.merges],
+            yes[kind.time_travel],
+        ], name
+        assert follows == followed[kind.changes], name
+
+
 def test_every_toml_block_is_a_job_file() -> None:
     """A block with a name, input and output is a whole job file and loads as one; any
     other is a part of one (keys, tables), valid with the keys it leaves out filled."""

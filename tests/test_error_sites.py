@@ -79,7 +79,7 @@ def delta_incremental(
     root: Path, model: str, *, partition_by: list[str] | None = None
 ) -> list[str]:
     """Partitioned by values a path escapes, the change feed is read from the table's log
-    (:mod:`scoring._delta_cdf`); else by delta-rs."""
+    (:mod:`scoring._formats.delta_cdf`); else by delta-rs."""
     source = str(root / "in")
     deltalake.write_deltalake(source, _rows(range(30)), configuration=FEED,
                               partition_by=partition_by)  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 
 import scoring
 from scoring import errors
-from scoring._dataset import open_input
+from scoring._formats.dataset import open_input
 from scoring._frameworks import restore_model
 from scoring.errors import TRANSLATIONS, ScoringError, translated
 

@@ -225,7 +225,7 @@ def test_a_truncated_lightgbm_file_is_one_line(job: dict[str, Any]) -> None:
 #: no KeyboardInterrupt for it), and every pipeline kept in ``pipelines``.
 PIPELINES_KEPT = """
 import signal, sys, threading
-from scoring._journal import Journal
+from scoring._journal.journal import Journal
 from scoring._engines import local
 
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -96,7 +96,7 @@ FAILURES = [errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT]
 def test_a_failing_disk_while_staging_names_the_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    from scoring._journal import Journal
+    from scoring._journal.journal import Journal
 
     model, X = _model()
     X.to_parquet(tmp_path / "in.parquet")

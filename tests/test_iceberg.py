@@ -279,7 +279,7 @@ def test_readers_see_the_previous_snapshot_at_every_step(
     catalog: Any, model: tuple[Path, Any, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader at each step of publication (the event) sees the table before or after."""
-    from scoring._publish import Publication
+    from scoring._formats.publication import Publication
 
     path, _, X = model
     _table(catalog, "features", X, appends=3)

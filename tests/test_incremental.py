@@ -277,7 +277,7 @@ def _held(point: str, occurrence: int, sent: int, command: list[str]) -> str:
 
 def _published(out: Path) -> pd.DataFrame:
     """What a reader of the folder's manifest sees."""
-    from scoring._manifest import MANIFEST, Manifest
+    from scoring._journal.manifest import MANIFEST, Manifest
 
     manifest = Manifest.from_json((out / MANIFEST).read_bytes())
     frames = [pd.read_parquet(out / f.output) for f in manifest.published()]
@@ -534,7 +534,7 @@ def test_an_earlier_version_s_fingerprint_is_still_this_file_s(tmp_path: Path) -
     """Fingerprints now hold the footer and the change time; one an earlier version
     recorded (path, size and mtime) still names the unchanged file, so an upgrade
     rescores nothing, while a fingerprint of either form of another file does not."""
-    from scoring._dataset import open_input
+    from scoring._formats.dataset import open_input
 
     _write(tmp_path / "in", "day1.parquet", _rows(0, 10))
     (fragment,) = open_input(str(tmp_path / "in")).fragments

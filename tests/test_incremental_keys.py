@@ -63,19 +63,19 @@ def _score(
 
 def _files_merged(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The file records of every merge of an engine's own files (Spark's), as
-    :meth:`DeltaPublisher.publish_files` returns them."""
-    from scoring._publish_delta import DeltaPublisher
+    :meth:`TablePublisher.publish_files` returns them."""
+    from scoring._formats.table import TablePublisher
 
     seen: list[Any] = []
-    publish_files = DeltaPublisher.publish_files
+    publish_files = TablePublisher.publish_files
 
-    def recorded(self: DeltaPublisher, *args: Any, **kwargs: Any) -> Any:
-        manifest = publish_files(self, *args, **kwargs)
-        if self.mode == "merge":
+    def recorded(self: TablePublisher, target: Any, *args: Any, **kwargs: Any) -> Any:
+        manifest = publish_files(self, target, *args, **kwargs)
+        if target.mode == "merge":
             seen.extend(manifest.published())
         return manifest
 
-    monkeypatch.setattr(DeltaPublisher, "publish_files", recorded)
+    monkeypatch.setattr(TablePublisher, "publish_files", recorded)
     return seen
 
 
@@ -182,9 +182,9 @@ def test_a_later_change_that_repeats_or_nulls_a_key_is_refused(
 
 
 def test_the_log_s_change_feed_is_delta_rs_s_where_delta_rs_can_read_it(tmp_path: Path) -> None:
-    """The reader for escaped partitions (:mod:`scoring._delta_cdf`) against delta-rs's
+    """The reader for escaped partitions (:mod:`scoring._formats.delta_cdf`) against delta-rs's
     own ``load_cdf``, on a table whose values need no escaping: every change kind."""
-    from scoring._delta_cdf import changes
+    from scoring._formats.delta_cdf import changes
 
     def plain(ids: range, seed: int) -> pd.DataFrame:
         return _rows(ids, seed=seed).assign(city=lambda f: np.where(f.id % 2, "eu", "us"))

@@ -14,7 +14,7 @@ import xgboost as xgb
 from sklearn.ensemble import RandomForestClassifier
 
 import scoring
-from scoring._publish_folder import FolderPublisher
+from scoring._formats.folder import FolderPublisher
 from scoring.errors import OutputError
 
 from .test_score_parquet import write_input

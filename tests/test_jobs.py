@@ -723,14 +723,14 @@ def test_a_run_failing_mid_way_reports_what_a_rerun_will_skip(
 ) -> None:
     write_rows(tmp_path / "in", 8_000, files=4)
     path = job_file(tmp_path, registry)
-    real_open = scoring._journal.Journal.open
+    real_open = scoring._journal.journal.Journal.open
 
     def failing_open(self: Any, fragment: Any) -> Any:
         if fragment.relpath == "part-2.parquet":
             raise OSError(28, "No space left on device", fragment.relpath)
         return real_open(self, fragment)
 
-    monkeypatch.setattr(scoring._journal.Journal, "open", failing_open)
+    monkeypatch.setattr(scoring._journal.journal.Journal, "open", failing_open)
     result = runner.invoke(app, ["run", str(path)])
     assert result.exit_code == 1 and "No space left on device" in result.output
     data = _failure_report(tmp_path / "out")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring._lease import LEASE, OutputLease
+from scoring._journal.lease import LEASE, OutputLease
 from scoring.errors import OutputError
 
 from .test_score_parquet import model_frame, write_input

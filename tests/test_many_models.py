@@ -237,7 +237,7 @@ def test_a_model_that_fails_stops_the_set_before_anything_is_written(
 KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import scoring
-    from scoring._journal import Journal
+    from scoring._journal.journal import Journal
     finish, done = Journal.finish, []
     def dying_finish(self, *args, **kwargs):
         if len(done) == 2:

@@ -22,8 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 import scoring
-from scoring._dataset import open_input
-from scoring._journal import Journal
+from scoring._formats.dataset import open_input
+from scoring._journal.journal import Journal
 from scoring._stores import configured, store_config
 from scoring.cli import app
 from scoring.errors import ConfigError, DependencyError

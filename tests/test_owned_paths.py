@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from scoring._owned import MARKER, fresh_folder
+from scoring._journal.owned import MARKER, fresh_folder
 from scoring.cli import app
 from scoring.errors import OutputError
 

@@ -140,7 +140,7 @@ def test_a_kill_at_each_step_then_the_rerun_replaces_escaped_partitions_once(
     """``overwrite_partitions`` over values that need escaping, killed after each step of
     its publication and run again: the table's reader sees each row once, the first
     run's other partitions kept."""
-    from scoring._publish import Publication
+    from scoring._formats.publication import Publication
 
     catalog = sql_catalog("kills", tmp_path, monkeypatch) if fmt == "iceberg" else None
     url = f"delta:{tmp_path / 'scores'}" if fmt == "delta" else "iceberg:kills.sales.scores"

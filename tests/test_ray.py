@@ -227,7 +227,7 @@ def test_score_dataset_is_lazy_and_matches_native(tmp_path: Path, ray_session: A
 def test_ray_publishes_what_an_interrupted_run_journaled(
     tmp_path: Path, ray_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scoring._publish_folder import FolderPublisher
+    from scoring._formats.folder import FolderPublisher
 
     model, X = model_frame("xgb_clf", rows=1500)
     scoring.Registry(tmp_path / "reg").register("churn", model)

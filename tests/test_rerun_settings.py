@@ -170,7 +170,7 @@ def test_a_changed_content_while_publishing_is_refused_by_name(
 ) -> None:
     """Stopped after placing its first file: the rerun with other kept columns is refused
     (naming the setting), the same command finishes, then the new one runs."""
-    from scoring._publish import Publication
+    from scoring._formats.publication import Publication
 
     out = tmp_path / "out"
     call = _call(world, str(out), "parquet")

@@ -13,11 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import scoring
-from scoring._engines import base, local, plan, ray, spark, target
-from scoring._journal import Entry, Journal
-from scoring._manifest import Manifest
-from scoring._publish_delta import DeltaPublisher
-from scoring._publish_folder import FolderPublisher
+from scoring._engines import base, local, plan, ray, spark
+from scoring._formats import FORMATS
+from scoring._formats.delta import DeltaTable
+from scoring._formats.folder import FolderPublisher
+from scoring._formats.publication import Opening
+from scoring._formats.table import TablePublisher
+from scoring._journal.journal import Entry, Journal
+from scoring._journal.manifest import Manifest
 
 from .test_score_parquet import model_frame, write_input
 
@@ -96,20 +99,21 @@ def test_no_engine_restates_the_plans_fields() -> None:
 def test_every_output_format_is_one_registered_publisher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scoring._publish_iceberg import IcebergPublisher
+    from scoring._formats.iceberg import IcebergTable
 
     # An Iceberg table is named through a catalog (SQLite, a warehouse in tmp_path).
     monkeypatch.setenv("PYICEBERG_CATALOG__LAB__URI", f"sqlite:///{tmp_path}/catalog.db")
     monkeypatch.setenv("PYICEBERG_CATALOG__LAB__WAREHOUSE", f"file://{tmp_path}/warehouse")
     where = {"iceberg": "iceberg:lab.sales.scores"}
     opened: dict[str, Any] = {
-        name: make(where.get(name, str(tmp_path / name)), job={"m": 1}, mode=None,
-                   verify=False, engine_files=(), settings={}, partitions={})
-        for name, make in target.PUBLISHERS.items()
+        name: kind.open(where.get(name, str(tmp_path / name)), Opening({"m": 1}))
+        for name, kind in FORMATS.items()
     }  # fmt: skip
     assert isinstance(opened["parquet"], FolderPublisher)
-    assert isinstance(opened["delta"], DeltaPublisher)
-    assert isinstance(opened["iceberg"], IcebergPublisher)
+    assert isinstance(opened["delta"], TablePublisher)
+    assert isinstance(opened["delta"].table, DeltaTable)
+    assert isinstance(opened["iceberg"], TablePublisher)
+    assert isinstance(opened["iceberg"].table, IcebergTable)
     assert opened["iceberg"].journal.url == f"file://{tmp_path}/warehouse/sales/scores"
     for publisher in opened.values():
         assert isinstance(publisher.journal, Journal)

@@ -306,7 +306,7 @@ def test_hive_partitions_glob_and_memory_filesystem(tmp_path: Path) -> None:
 KILL_SCRIPT = textwrap.dedent("""
     import os, sys
     import scoring
-    from scoring._journal import Journal
+    from scoring._journal.journal import Journal
     finish = Journal.finish
     calls = []
     def dying_finish(self, *args, **kwargs):
@@ -454,7 +454,7 @@ def test_a_write_failure_is_one_line_and_publishes_nothing(
             raise OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0.parquet")
         raise RuntimeError("a bug\nover two lines")
 
-    monkeypatch.setattr("scoring._journal.HashingSink.write", broken)
+    monkeypatch.setattr("scoring._journal.journal.HashingSink.write", broken)
     args = ["--model", str(tmp_path / "model.txt"), "--input", str(tmp_path / "in"),
             "--output", str(tmp_path / "out"), "--keep", "id"]  # fmt: skip
     out = _cli_score(*args)
@@ -548,7 +548,7 @@ def test_scorer_refuses_kept_column_named_like_an_output() -> None:
 
 
 def test_head_reads_what_the_scanner_reads(tmp_path: Path) -> None:
-    from scoring._dataset import open_input
+    from scoring._formats.dataset import open_input
 
     for year in (2025, 2026):
         (tmp_path / f"year={year}").mkdir()

@@ -18,7 +18,7 @@ import scoring
 from scoring._catalog import reference_profile
 from scoring._drift import Profile
 from scoring._frameworks import import_model
-from scoring._lease import OutputLease
+from scoring._journal.lease import OutputLease
 from scoring._modelset import prefixed
 from scoring.errors import MissingColumnError, OutputError
 

@@ -8,7 +8,6 @@ native predictor on generated rows before it is handed out; a divergence raises
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from ..errors import (
 )
 from . import CPU_BATCH_ROWS, Backend, as_rows
 from .native import NativeBackend
-from .staged import Ready
+from .staged import OnHost
 
 __all__ = ["HB_STRATEGIES", "HummingbirdBackend"]
 
@@ -41,7 +40,7 @@ HB_STRATEGIES = {
 }
 
 
-class HummingbirdBackend:
+class HummingbirdBackend(OnHost):
     name = "hummingbird"
     strategy_reason = "requested"
     batch_rows = CPU_BATCH_ROWS
@@ -81,11 +80,6 @@ class HummingbirdBackend:
 
     def for_parallel_calls(self) -> Backend | None:
         return None
-
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
-               raw: bool, stop: threading.Event | None = None) -> Ready:  # fmt: skip
-        """Scored now, on the host (see :meth:`Backend.submit`)."""
-        return Ready(self.score(features, mat, raw=raw))
 
     def score(
         self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool

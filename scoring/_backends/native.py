@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from functools import cached_property
 from typing import Any
 
@@ -16,12 +15,12 @@ from .._frameworks import NativeModel, native_model
 from .._inputs import Columns, feature_names
 from .._ir import REFUSABLE, Forest
 from . import CPU_BATCH_ROWS, Backend, as_rows
-from .staged import Ready
+from .staged import OnHost
 
 __all__ = ["NativeBackend"]
 
 
-class NativeBackend:
+class NativeBackend(OnHost):
     name = "native"
     strategy: str | None = None
     strategy_reason = "native predictor"
@@ -54,11 +53,6 @@ class NativeBackend:
         copy = NativeBackend(one.model, self.forest, predictor=one)
         copy._one_thread = copy  # already one thread per call
         return copy
-
-    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
-               raw: bool, stop: threading.Event | None = None) -> Ready:  # fmt: skip
-        """Scored now, on the host (see :meth:`Backend.submit`)."""
-        return Ready(self.score(features, mat, raw=raw))
 
     def score(
         self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool

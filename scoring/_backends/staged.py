@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from .._inputs import Columns
@@ -40,7 +41,7 @@ from ..errors import EngineError
 from . import as_rows
 
 __all__ = [
-    "CudaDevice", "Device", "Layout", "Pending", "Ready", "Slot", "Stager", "Stopped",
+    "CudaDevice", "Device", "Layout", "OnHost", "Pending", "Ready", "Slot", "Stager", "Stopped",
     "torch_dtype",
 ]  # fmt: skip
 
@@ -76,6 +77,20 @@ class Ready:
 
     def cancel(self) -> None:
         return None
+
+
+class OnHost:
+    """A backend that scores on the host: what it is submitted it scores now."""
+
+    def score(
+        self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *, raw: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def submit(self, features: pa.Table, mat: np.ndarray | torch.Tensor | Columns, *,
+               raw: bool, stop: threading.Event | None = None) -> Ready:  # fmt: skip
+        """Scored now, on the host (see :meth:`~scoring._backends.Backend.submit`)."""
+        return Ready(self.score(features, mat, raw=raw))
 
 
 @dataclass

@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._changes import Incremental
-from .._dataset import InputDataset, filtered, open_input
 from .._explanations import output_spec
-from .._iceberg import storage_url
-from .._lease import OutputLease
+from .._formats.dataset import InputDataset, filtered, open_input
+from .._formats.iceberg_catalog import storage_url
+from .._journal.lease import OutputLease
 from .._progress import RunProgress
 from .._registry import ModelStore, root_url
 from .._specs import Input, Output, RunOptions, specs_of
@@ -100,7 +100,7 @@ def score_parquet(
     item a model or ``{"model": ..., "prefix": ..., "where": ...}`` (columns
     ``<prefix>__<column>``; see :mod:`scoring._modelset`).
 
-    ``input`` may be an already opened :class:`~scoring._dataset.InputDataset` and
+    ``input`` may be an already opened :class:`~scoring._formats.dataset.InputDataset` and
     ``model`` an already resolved :class:`~scoring._engines.base.ModelSource` (a job's
     planner made both), so nothing is listed, read or compiled twice.
 

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,12 +25,13 @@ from pydantic import BaseModel
 from .._bundle import Bundle
 from .._catalog import ensure_verified
 from .._changes import INCREMENTAL, Changes, Incremental, change_set, check_incremental
-from .._dataset import Fragment, InputDataset, open_input
 from .._drift import Counts, Profile, count, merge
 from .._explanations import output_spec
+from .._formats import DEFAULT_FORMAT, Opening, Publisher, Target, format_named
+from .._formats.dataset import Fragment, InputDataset, open_input
 from .._frameworks import is_mlflow_ref, load_mlflow_model, mlflow_name
-from .._journal import Entry
-from .._lease import OutputLease
+from .._journal.journal import Entry
+from .._journal.lease import OutputLease
 from .._model import compile_model
 from .._modelset import (
     BundleSet,
@@ -42,7 +43,6 @@ from .._modelset import (
     shipped,
 )
 from .._progress import RunProgress
-from .._publish import Publisher
 from .._registry import ModelStore
 from .._scorer import Scorer
 from .._specs import Output, validated
@@ -253,6 +253,8 @@ class Run:
     done: dict[str, Entry] = field(default_factory=dict)
     complete: bool = False
     publisher: Publisher | None = None
+    #: What the driver's publisher found of the output and publishes into.
+    target: Target | None = None
     started: float = field(default_factory=time.perf_counter)
     #: An incremental run's change set (None: every row is scored).
     changes: Changes | None = None
@@ -443,7 +445,7 @@ class PlanRequest:
     them, the job key's spelling), the engine, whether a rerun hashes its
     files, and what changed since the last run to score (``incremental``).
     ``settings``: the rest of what the run was given (engine, its options), recorded
-    beside its staged files and compared on a rerun (:mod:`scoring._staging`)."""
+    beside its staged files and compared on a rerun (:mod:`scoring._journal.staging`)."""
 
     input: str | InputDataset
     output: Output
@@ -459,7 +461,7 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
              stores: StoreConfig | None = None, hooks: Hooks | None = None) -> Run:  # fmt: skip
     """Check everything that can be checked before writing; see the module docstring.
     ``lease`` is taken once the input is known good, before the output's state is read.
-    A Delta output is written as its mode says (:mod:`scoring._publish_delta`); its
+    A Delta output is written as its mode says (:mod:`scoring._formats.delta`); its
     partition columns are kept columns that partition the input
     (:func:`.target.partitions_of`).  ``hooks``: the plan's (:data:`.plan.HOOKS` by
     default).  ``request.incremental``: score only what changed since the output's last
@@ -481,7 +483,7 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
                                output_format=output_format,
                                own_committer=bool(engine.engine_files))  # fmt: skip
     schema = trial.schema.with_metadata(model.output_metadata())
-    if output_format == "delta":  # a Delta table's files leave them to key=value folders
+    if format_named(output_format).folder_partitions:  # left to the key=value folders
         schema = pa.schema([f for f in schema if f.name not in partitions], schema.metadata)
     if incremental is not None:
         check_incremental(output_format=output_format, mode=mode, key=incremental.key,
@@ -496,33 +498,41 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
              "engine": engine.name, **request.settings}  # fmt: skip
     if incremental is not None:
         given["incremental"] = asdict(incremental)
-    publisher = publisher_for(output, job=job, output_format=output_format, mode=mode,
-                              verify=verify, engine_files=engine.engine_files,
-                              settings=given, partitions=partitions,
-                              on_step=hooks.on_publish_step)  # fmt: skip
+    opening = Opening(
+        job,
+        mode=mode,
+        verify=verify,
+        engine_files=engine.engine_files,
+        settings=given,
+        partitions=partitions,
+        on_step=hooks.on_publish_step,
+    )
+    publisher = publisher_for(output, output_format=output_format, opening=opening)
     data = pinned(data, publisher)
     with unused_staging_cleared(publisher):
-        complete = publisher.check_target(data.fragments)
+        target = publisher.check_target(data.fragments)
+        complete = target.complete
         if not complete:
             publisher.check_schema(schema)
         if data.snapshot is not None and not complete:  # for this run's own rerun
-            publisher.journal.pin_input({**data.snapshot, "requested": data.requested_version})
+            target.journal.pin_input({**data.snapshot, "requested": data.requested_version})
         changes = None if incremental is None else Changes("none", "", input_rows=data.rows)
         if incremental is not None and not complete:
             changes = change_set(data, publisher.previous(), job=job,
-                                 journal=publisher.journal, output_format=output_format,
+                                 journal=target.journal, output_format=output_format,
                                  on_changed=incremental.on_changed, key=incremental.key,
                                  columns=columns, present=publisher.present())  # fmt: skip
             _refuse_empty(data, changes)
-            complete = _follow(publisher, changes, key=incremental.key)
+            target = _follow(publisher, target, changes, key=incremental.key)
+            complete = target.complete
             data = changes.data or data.subset([])
         elif not complete:
             _refuse_empty(data, None)
-    done = {} if complete or not engine.resumes else publisher.completed(data.fragments)
+    done = {} if complete or not engine.resumes else publisher.completed(target, data.fragments)
     todo = [] if complete else [f for f in data.fragments if f.relpath not in done]
     plan = RunPlan(
         data,
-        publisher.journal,
+        target.journal,
         model.sha256,
         tuple(columns),
         schema,
@@ -530,7 +540,7 @@ def plan_run(request: PlanRequest, *, lease: OutputLease | None = None,
         stores=dict(stores or {}),
         hooks=hooks,
     )
-    return Run(plan, model, scorer, todo, done, complete, publisher, changes=changes)
+    return Run(plan, model, scorer, todo, done, complete, publisher, target, changes=changes)
 
 
 def _read_columns(scorer: Scorer | SetScorer, data: InputDataset, keep: Sequence[str]) -> list[str]:
@@ -541,7 +551,7 @@ def _read_columns(scorer: Scorer | SetScorer, data: InputDataset, keep: Sequence
 def _job(
     model: Scoring, keep: Sequence[str], outputs: str, *, where: RowFilter | None = None
 ) -> dict[str, Any]:
-    """What keys a run (:func:`scoring._journal.job_key`): model bytes, kept columns,
+    """What keys a run (:func:`scoring._journal.journal.job_key`): model bytes, kept columns,
     outputs, and the input's filter where it has one (a job without keeps its key)."""
     job = {"model_sha256": model.sha256, "keep": list(keep), "outputs": outputs}
     return job if where is None else {**job, "filter": where.text}
@@ -570,21 +580,22 @@ def _refuse_empty(data: InputDataset, changes: Changes | None) -> None:
         raise InputError(f"input {data.url!r} holds no rows: nothing to score")
 
 
-def _follow(publisher: Publisher, changes: Changes, *, key: Sequence[str]) -> bool:
-    """The publisher told what an incremental run publishes; whether it is complete
-    already: nothing changed, and no publication of this job (a kill) is left to
-    finish.  Then nothing stays staged: the output is as the last run left it."""
-    publisher.follow(changes, key=key)
-    unfinished = (publisher.journal.record() or {}).get("publishing")
-    complete = changes.kind == "none" and not unfinished
-    if complete:
-        publisher.journal.clear()
-    return complete
+def _follow(publisher: Publisher, target: Target, changes: Changes, *,
+            key: Sequence[str]) -> Target:  # fmt: skip
+    """The target an incremental run publishes into; complete already when nothing
+    changed and no publication of this job (a kill) is left to finish.  Then nothing
+    stays staged: the output is as the last run left it."""
+    target = publisher.follow(target, changes, key=key)
+    unfinished = (target.journal.record() or {}).get("publishing")
+    if changes.kind == "none" and not unfinished:
+        target.journal.clear()
+        return replace(target, complete=True)
+    return target
 
 
 def preview_changes(
     data: InputDataset, output: str, model: Scoring, *, keep: Sequence[str] = (),
-    outputs: str | Sequence[str] = "default", output_format: str = "parquet",
+    outputs: str | Sequence[str] = "default", output_format: str = DEFAULT_FORMAT,
     incremental: Incremental,
 ) -> Changes:  # fmt: skip
     """What an incremental run of this job would score now, counted only: nothing is
@@ -593,9 +604,8 @@ def preview_changes(
     scorer = scorer_for(model, keep=keep, outputs=outputs)
     columns = _read_columns(scorer, data, keep)
     job = _job(model, keep, outputs)
-    publisher = publisher_for(output, job=job, output_format=output_format, mode=INCREMENTAL,
-                              verify=False, engine_files=(), settings={},
-                              partitions={})  # fmt: skip
+    publisher = publisher_for(output, output_format=output_format,
+                              opening=Opening(job, mode=INCREMENTAL))  # fmt: skip
     return change_set(data, publisher.previous(), job=job,
                       journal=None, output_format=output_format,
                       on_changed=incremental.on_changed, key=incremental.key,
@@ -605,7 +615,7 @@ def preview_changes(
 def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
     """Publish what the engine wrote (staged files, or its own ``engine_files``), then
     the manifest and ``_SUCCESS``; returns the number of output files."""
-    if run.publisher is None:
+    if run.publisher is None or run.target is None:
         raise EngineError("a worker's run has no publisher; the driver publishes")
     extra: dict[str, Any] = {"metadata": scored.metadata or run.model.output_metadata(),
                              "input": run.plan.data.url}  # fmt: skip
@@ -613,11 +623,11 @@ def publish(run: Run, scored: Scored, *, engine: Engine) -> int:
         extra["input_snapshot"] = run.plan.data.snapshot
     if scored.entries is None:
         manifest = run.publisher.publish_files(
-            run.plan.data.fragments, prefix=engine.engine_files[0], extra=extra
+            run.target, run.plan.data.fragments, prefix=engine.engine_files[0], extra=extra
         )
         return len(manifest.published())
     entries = [*run.done.values(), *scored.entries]
-    run.publisher.publish(entries, extra=extra)
+    run.publisher.publish(run.target, entries, extra=extra)
     return len(entries)
 
 

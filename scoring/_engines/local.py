@@ -34,9 +34,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from .._backends.staged import Stopped
-from .._dataset import Fragment
 from .._drift import Counts, merge
-from .._journal import Entry
+from .._formats.dataset import Fragment
+from .._journal.journal import Entry
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .._dataset import InputDataset
 from .._drift import Profile
-from .._journal import Entry, Journal
+from .._formats.dataset import InputDataset
+from .._journal.journal import Entry, Journal
 from .._stores import StoreConfig
 
 __all__ = ["HOOKS", "HoldAfterFirstFile", "Hooks", "RunPlan", "ScoreSpec"]
@@ -35,7 +35,7 @@ class Hooks:
     #: done: no other file of that writer is journaled meanwhile.
     on_file_journaled: Callable[[Entry], None] | None = None
     #: On the driver, after each step of the publication, with what it did ("placed a
-    #: new file", "wrote the new manifest", ...; :mod:`scoring._publish`).
+    #: new file", "wrote the new manifest", ...; :mod:`scoring._formats.publication`).
     on_publish_step: Callable[[str], None] | None = None
 
     def file_journaled(self, entry: Entry) -> None:

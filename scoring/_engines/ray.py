@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from .. import errors
-from .._dataset import Fragment
-from .._journal import Entry
+from .._formats.dataset import Fragment
+from .._journal.journal import Entry
 from .._modelset import scorer_for
 from .._progress import RunProgress
 from .._stores import install

@@ -33,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._cache import compiled
 from .._drift import Counts, merge
+from .._formats.publication import engine_dir
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
-from .._publish import engine_dir
 from .._where import RowFilter
 from ..errors import DependencyError, InputError, translated
 from .base import (

@@ -1,55 +1,34 @@
-"""Where a run writes: the publisher for its output's format, a Delta output's
+"""Where a run writes: the publisher for its output's format, a table output's
 partition columns, the input version an interrupted run pinned, and the output's own
 filesystem failures as one line.  :func:`~scoring._engines.base.plan_run` checks all of
 this before a byte is written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import fsspec
 import pyarrow as pa
 
-from .._dataset import InputDataset, glob_base, open_input
-from .._iceberg import storage_url
-from .._publish import Publisher
-from .._publish_delta import open_delta
-from .._publish_folder import open_folder
-from .._publish_iceberg import open_iceberg
+from .._formats import FORMATS, Opening, Publisher, format_named
+from .._formats.dataset import InputDataset, glob_base, open_input
+from .._formats.iceberg_catalog import storage_url
 from ..errors import ConfigError, OutputError, ScoringError
 
-__all__ = [
-    "PUBLISHERS", "check_apart", "output_failures", "partitions_of", "pinned", "publisher_for",
-]  # fmt: skip
+__all__ = ["check_apart", "output_failures", "partitions_of", "pinned", "publisher_for"]
 
 
-#: Every output format's publisher, by the name a job gives it (``format``).
-PUBLISHERS: dict[str, Callable[..., Publisher]] = {
-    "parquet": open_folder, "delta": open_delta, "iceberg": open_iceberg,
-}  # fmt: skip
-
-
-def publisher_for(
-    output: str, *, job: dict[str, Any], output_format: str, mode: str | None,
-    verify: bool, engine_files: tuple[str, ...], settings: dict[str, Any],
-    partitions: dict[str, pa.DataType], on_step: Callable[[str], None] | None = None,
-) -> Publisher:  # fmt: skip
-    """The output's publisher, by its format, given what the run was given
-    (``settings``, see :mod:`scoring._staging`)."""
-    if output_format not in PUBLISHERS:
-        raise ConfigError(f"output format {output_format!r}: expected {' or '.join(PUBLISHERS)}")
-    return PUBLISHERS[output_format](output, job=job, mode=mode, verify=verify,
-                                     engine_files=engine_files, settings=settings,
-                                     partitions=partitions, on_step=on_step)  # fmt: skip
+def publisher_for(output: str, *, output_format: str, opening: Opening) -> Publisher:
+    """The output's publisher, by its format, opened as the run's :class:`Opening` says."""
+    return format_named(output_format).open(output, opening)
 
 
 def partitions_of(
     data: InputDataset, columns: list[str], *, keep: Sequence[str], output_format: str,
     own_committer: bool, mode: str | None,
 ) -> dict[str, pa.DataType]:  # fmt: skip
-    """A Delta output's partition columns and their types.  Each must be a kept column;
+    """A table output's partition columns and their types.  Each must be a kept column;
     where the product writes the files, one that partitions the input (its ``key=value``
     folders or Delta partitions), so that each input file, hence each output file, lies
     in one partition (an engine with its own committer, Spark's, partitions by value)."""
@@ -60,15 +39,17 @@ def partitions_of(
         )
     if not columns:
         return {}
-    if output_format not in ("delta", "iceberg"):
+    kind = format_named(output_format)
+    if not kind.partitions:
+        tables = " or ".join(f.name for f in FORMATS.values() if f.partitions)
         raise ConfigError(
-            "partition_by needs a table output (format delta or iceberg): a Parquet output "
+            f"partition_by needs a table output (format {tables}): a {kind.label} output "
             "keeps its input's key=value folders as they are"
         )
-    if output_format == "iceberg" and own_committer:
+    if own_committer and not kind.mixed_partitions:
         raise ConfigError(
-            "partition_by of an Iceberg output: the Spark engine's files mix partitions, "
-            "which an Iceberg partition cannot hold; use the local or Ray engine, or drop "
+            f"partition_by of an {kind.label} output: the Spark engine's files mix partitions, "
+            f"which an {kind.label} partition cannot hold; use the local or Ray engine, or drop "
             "partition_by"
         )
     for column in columns:

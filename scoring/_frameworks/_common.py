@@ -90,3 +90,12 @@ def _refusal(call: Callable[[np.ndarray], Any], row: np.ndarray) -> str | None:
 
 #: XGBoost's log prefix on its errors: ``[06:48:44] /path/data.cc:1196: Check failed: valid: ``.
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+: (Check failed: \w+: )?")
+
+
+def sklearn_forest(model: Any, *, kind: str, task: str, trees: list[Tree], n_outputs: int,
+                   **rest: Any) -> Forest:  # fmt: skip
+    """A scikit-learn estimator's forest: its kind, task, trees, outputs and features,
+    and ``rest`` (base score, post-transform, classes, ...)."""
+    return Forest(framework="sklearn", model_kind=kind, task=task,  # type: ignore[arg-type]
+                  trees=trees, n_features=int(model.n_features_in_), n_outputs=n_outputs,
+                  **rest)  # fmt: skip

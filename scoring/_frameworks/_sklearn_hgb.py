@@ -14,7 +14,7 @@ import numpy as np
 
 from .._ir import SPLIT_CATEGORICAL, Forest, Tree
 from ..errors import UnsupportedModelError
-from ._common import numeric_tree
+from ._common import numeric_tree, sklearn_forest
 
 _LINKS = {
     "IdentityLink": "identity",
@@ -40,20 +40,15 @@ def import_hist_gradient_boosting(model: Any, kind: str) -> Forest:
     classes = getattr(model, "classes_", None)
     task = "regression" if classes is None else ("binary" if len(classes) == 2 else "multiclass")
     n_out = len(model._predictors[0])
-    forest = Forest(
-        framework="sklearn",
-        model_kind=kind,
-        task=task,  # type: ignore[arg-type]
-        trees=trees,
-        n_features=int(model.n_features_in_),
-        n_outputs=n_out,
+    forest = sklearn_forest(
+        model, kind=kind, task=task, trees=trees, n_outputs=n_out,
         base_score=np.asarray(model._baseline_prediction, dtype=np.float64).reshape(n_out),
-        post_transform=_LINKS[link],  # type: ignore[arg-type]
+        post_transform=_LINKS[link],
         classes=None if classes is None else np.asarray(classes),
         objective=type(model._loss).__name__,
         input_dtype="float64",
         predict_returns="label" if classes is not None else "value",
-    )
+    )  # fmt: skip
     _record_categories(model, forest, column_of)
     return forest
 

@@ -22,7 +22,7 @@ import pandas as pd
 from .._ir import Forest, Tree, largest_float32_at_most
 from .._outputs import squeeze
 from ..errors import InputError, UnsupportedModelError, UntrustedModelError, translated
-from ._common import numeric_tree, probe_refusals
+from ._common import numeric_tree, probe_refusals, sklearn_forest
 from ._pipeline import import_pipeline, pipeline_input
 from ._protocol import Framework, NativeModel, native_input, register
 from ._sklearn_hgb import import_hist_gradient_boosting
@@ -113,20 +113,15 @@ def _import_forest(model: Any, kind: str) -> Forest:
         task, classes = ("multioutput" if hasattr(model, "classes_") else "regression"), None
     trees = [_convert_tree(est.tree_, values=_leaf_values(est.tree_, model)) for est in estimators]
     n_out = trees[0].value.shape[1]
-    return Forest(
-        framework="sklearn",
-        model_kind=kind,
-        task=task,  # type: ignore[arg-type]
-        trees=trees,
-        n_features=int(model.n_features_in_),
-        n_outputs=n_out,
+    return sklearn_forest(
+        model, kind=kind, task=task, trees=trees, n_outputs=n_out,
         base_score=np.zeros(n_out),
         average=True,
         classes=classes,
         targets=[np.asarray(c).tolist() for c in model.classes_] if task == "multioutput" else [],
         objective="proportion" if task != "regression" else "mean",
         predict_returns="label" if task != "regression" else "value",
-    )
+    )  # fmt: skip
 
 
 def _leaf_values(tree: Any, model: Any) -> np.ndarray:
@@ -165,19 +160,14 @@ def _import_gradient_boosting(model: Any, kind: str) -> Forest:
         post, alpha = "sigmoid", 2.0
     else:
         post = "sigmoid" if task == "binary" else "softmax"
-    forest = Forest(
-        framework="sklearn",
-        model_kind=kind,
-        task=task,  # type: ignore[arg-type]
-        trees=trees,
-        n_features=int(model.n_features_in_),
-        n_outputs=n_out,
+    forest = sklearn_forest(
+        model, kind=kind, task=task, trees=trees, n_outputs=n_out,
         base_score=np.asarray(base, dtype=np.float64).reshape(n_out),
-        post_transform=post,  # type: ignore[arg-type]
+        post_transform=post,
         classes=classes,
         objective=str(loss),
         predict_returns="label" if classes is not None else "value",
-    )
+    )  # fmt: skip
     if loss == "exponential":
         forest.sigmoid_alpha = alpha
     return forest

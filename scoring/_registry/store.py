@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -368,19 +368,19 @@ class ModelStore:
         if isinstance(selector, int):
             return selector
         if selector == "latest":
-            found = conn.execute(
-                sa.select(sa.func.max(db.versions.c.version)).where(db.versions.c.name == name)
-            ).scalar()
-            if found is None:
-                raise self._not_found(conn, name)
-            return int(found)
-        found = conn.execute(
-            sa.select(db.aliases.c.version).where(
-                (db.aliases.c.name == name) & (db.aliases.c.alias == selector)
-            )
-        ).scalar()
+            query = sa.select(sa.func.max(db.versions.c.version)).where(db.versions.c.name == name)
+            return self._number(conn, query, lambda: self._not_found(conn, name))
+        query = sa.select(db.aliases.c.version).where(
+            (db.aliases.c.name == name) & (db.aliases.c.alias == selector)
+        )
+        return self._number(conn, query, lambda: self._not_found(conn, name, alias=selector))
+
+    @staticmethod
+    def _number(conn: Any, query: Any, missing: Callable[[], ModelNotFoundError]) -> int:
+        """The one number ``query`` selects, or ``missing()`` raised where it finds none."""
+        found = conn.execute(query).scalar()
         if found is None:
-            raise self._not_found(conn, name, alias=selector)
+            raise missing()
         return int(found)
 
     def _not_found(
@@ -406,14 +406,10 @@ class ModelStore:
         )
 
     def _version_id(self, conn: Any, name: str, version: int) -> int:
-        vid = conn.execute(
-            sa.select(db.versions.c.id).where(
-                (db.versions.c.name == name) & (db.versions.c.version == version)
-            )
-        ).scalar()
-        if vid is None:
-            raise self._not_found(conn, name, version=version)
-        return int(vid)
+        query = sa.select(db.versions.c.id).where(
+            (db.versions.c.name == name) & (db.versions.c.version == version)
+        )
+        return self._number(conn, query, lambda: self._not_found(conn, name, version=version))
 
     def _load_version(self, conn: Any, name: str, version: int) -> ModelVersion:
         vid = self._version_id(conn, name, version)

@@ -168,7 +168,7 @@ def _status(exc: ScoringError) -> int:
 
 def _stopped(signal_name: str, written: RowsWritten | None) -> str:
     """What is true of the output when the signal landed: as far as its publication got."""
-    from .._publish import publications_since
+    from .._formats.publication import publications_since
 
     if written is None:
         return f"stopped by {signal_name}"

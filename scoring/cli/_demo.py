@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from .._owned import fresh_folder
+from .._journal.owned import fresh_folder
 from ._common import REGISTRY_OPTION, fail, messages, reported
 
 if TYPE_CHECKING:  # imported where the demo runs: ``--help`` loads none of them

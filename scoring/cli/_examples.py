@@ -83,7 +83,7 @@ def write_examples(folder: Path, *, run_date: str, rows: int = 20_000) -> None:
 
     from .._catalog import Registry
     from .._declared import apply, declared
-    from .._owned import check_replaceable, fresh_folder
+    from .._journal.owned import check_replaceable, fresh_folder
 
     parts = ("registry", "models", "features", "applications")
     for part in parts:  # checked all before any is replaced

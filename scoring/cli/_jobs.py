@@ -14,15 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._common import (
-    STORAGE_OPTION,
-    VERIFY_HELP,
-    RowsWritten,
-    fail,
-    key_values,
-    messages,
-    reported,
-)
+from ._common import STORAGE_OPTION, VERIFY_HELP, RowsWritten, fail, key_values, messages, reported
 
 if TYPE_CHECKING:
     from ..jobs import JobSpec
@@ -107,11 +99,11 @@ def plan(
 
 def run(
     job: Path = typer.Argument(..., help="job file (TOML)"),
-    progress: bool = typer.Option(True, help="progress bar / log lines while running"),
-    verify: bool = typer.Option(False, help=VERIFY_HELP),
     registry: str | None = _REGISTRY,
     registry_db: str | None = _REGISTRY_DB,
     storage_option: list[str] = STORAGE_OPTION,
+    progress: bool = typer.Option(True, help="progress bar / log lines while running"),
+    verify: bool = typer.Option(False, help=VERIFY_HELP),
     deadline: str | None = _DEADLINE,
     run_date: str | None = _RUN_DATE,
 ) -> None:

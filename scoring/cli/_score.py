@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from .._formats import DEFAULT_FORMAT, FORMATS
 from ._common import (
     MLFLOW_URI_OPTION,
     REGISTRY_DB_OPTION,
@@ -123,9 +124,9 @@ def score(
     ),
     overwrite: bool = typer.Option(False, help="replace a completed run of another job"),
     output_format: str = typer.Option(
-        "parquet",
+        DEFAULT_FORMAT,
         "--format",
-        help="parquet, delta or iceberg: the output a folder, a Delta table or an Iceberg table",
+        help=f"{', '.join(FORMATS)}: the output a folder, a Delta table or an Iceberg table",
     ),
     mode: str | None = typer.Option(
         None,
@@ -216,7 +217,7 @@ def score(
         )
         target = Output(
             output,
-            format=None if output_format == "parquet" else output_format,
+            format=None if output_format == DEFAULT_FORMAT else output_format,
             mode=mode or ("overwrite" if overwrite else None),
             partition_by=_columns(partition_by or ""),
             key=_columns(key or ""),

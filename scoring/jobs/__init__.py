@@ -27,21 +27,7 @@ from ._runner import (
 from ._spec import JobSpec, load_job
 
 __all__ = [
-    "EXIT_CHECKS",
-    "EXIT_FAILED",
-    "EXIT_INFEASIBLE",
-    "EXIT_INPUT",
-    "EXIT_LATE",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "REPORT_HTML",
-    "REPORT_JSON",
-    "JobOutcome",
-    "JobSpec",
-    "Plan",
-    "describe_trend",
-    "load_job",
-    "make_plan",
-    "run_job",
-    "trend",
-]
+    "EXIT_CHECKS", "EXIT_FAILED", "EXIT_INFEASIBLE", "EXIT_INPUT", "EXIT_LATE", "EXIT_OK",
+    "EXIT_USAGE", "REPORT_HTML", "REPORT_JSON", "JobOutcome", "JobSpec", "Plan",
+    "describe_trend", "load_job", "make_plan", "run_job", "trend",
+]  # fmt: skip

@@ -13,8 +13,8 @@ import socket
 from datetime import datetime, timezone
 from typing import Any
 
-from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport
+from .._formats.dataset import InputDataset
 from .._modelset import set_of
 from .._registry import ModelStore, RunRecord
 from ._metrics import publish_metrics

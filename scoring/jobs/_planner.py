@@ -28,12 +28,12 @@ import pyarrow.parquet as pq
 
 from .._bundle import Bundle
 from .._changes import Changes, Incremental
-from .._dataset import InputDataset, filtered, open_input
 from .._drift import ColumnProfile, Profile
-from .._engines import ModelSource, engine_named, options_for, resolve_model
+from .._engines import ENGINES, ModelSource, engine_named, options_for, resolve_model
 from .._engines.base import preview_changes
 from .._engines.local import dictionary_columns, parallel_calls
 from .._engines.placement import measured_on, placement_only
+from .._formats.dataset import InputDataset, filtered, open_input
 from .._frameworks import mlflow_tracking
 from .._modelset import BundleSet, Scoring, compile_payload, prefixed, scorer_for, set_of
 from .._registry import ModelStore
@@ -119,7 +119,8 @@ class Plan:
             )
         else:
             short = self.estimated_seconds - (self.available_seconds or 0.0)
-            where = "" if self.engine != "local" else " (engine ray or spark)"
+            others = " or ".join(name for name, e in ENGINES.items() if not e.local)
+            where = f" (engine {others})" if engine_named(self.engine).local else ""
             verdict += (
                 f"NOT feasible: needs {self.workers_needed} workers{where}, or a deadline "
                 f"{math.ceil(short):,} s later"

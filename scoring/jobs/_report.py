@@ -20,8 +20,8 @@ from typing import Any
 import fsspec
 
 from .._engines import ScoreReport
-from .._iceberg import storage_url
-from .._manifest import MANIFEST, Manifest
+from .._formats.iceberg_catalog import storage_url
+from .._journal.manifest import MANIFEST, Manifest
 from .._version import __version__
 from ._checks import RunChecks
 from ._planner import Plan

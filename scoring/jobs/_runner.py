@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .._dataset import InputDataset
 from .._engines import ModelSource, ScoreReport, score_parquet
+from .._formats.dataset import InputDataset
 from .._registry import RunRecord, describe_trend, trend
 from .._specs import Input, Output, RunOptions
 from .._stores import configured

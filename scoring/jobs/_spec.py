@@ -86,10 +86,11 @@ from pydantic import (
     model_validator,
 )
 
-from .._dataset import DELTA
 from .._engines import ENGINES
 from .._explanations import canonical, parse
-from .._iceberg import is_iceberg, storage_url
+from .._formats import DEFAULT_FORMAT, format_named, format_of
+from .._formats.dataset import DELTA
+from .._formats.iceberg_catalog import is_iceberg, storage_url
 from .._registry import root_url
 from .._stores import StoreConfig, store_config
 from .._when import parse_deadline, parse_duration, run_date, zone
@@ -180,8 +181,9 @@ class JobSpec(_EngineTables):
     """A Parquet file, folder or glob, a Delta table, or ``iceberg:CATALOG.NS.TABLE``."""
     output: str
     """A folder, ``delta:URL`` or ``iceberg:CATALOG.NS.TABLE``."""
-    format: Literal["parquet", "delta", "iceberg"] = "parquet"
-    """The output's format (``delta:`` and ``iceberg:`` outputs set it)."""
+    format: str = DEFAULT_FORMAT
+    """The output's format, a name in :data:`scoring._formats.FORMATS` (``delta:`` and
+    ``iceberg:`` outputs set it)."""
     mode: Literal["error", "append", "overwrite", "overwrite_partitions"] | None = None
     """A table output that exists: refuse (``error``, the default), add, replace, or
     replace the partitions the run writes."""
@@ -265,14 +267,19 @@ class JobSpec(_EngineTables):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if isinstance(data.get("output"), str) and is_iceberg(data["output"]):
-            data.setdefault("format", "iceberg")
+        named = format_of(data["output"]) if isinstance(data.get("output"), str) else None
+        if named not in (None, DEFAULT_FORMAT):
+            data.setdefault("format", named)
         for key in ("input", "output"):
             if isinstance(data.get(key), str) and data[key].startswith(DELTA):
                 data[key] = data[key][len(DELTA) :]
-                if key == "output":
-                    data.setdefault("format", "delta")
         return data
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, name: str) -> str:
+        """A format the registry names (the one-line refusal names them all)."""
+        return format_named(name).name
 
     @field_validator("filter")
     @classmethod

@@ -25,63 +25,55 @@ manifest (``files``, beside the input ``fragments``) and writes ``_SUCCESS`` las
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
-from ._changes import INCREMENTAL, Changes
-from ._dataset import Fragment
-from ._files import exists
-from ._journal import STAGING, Entry, Journal
-from ._manifest import MANIFEST, PREVIOUS, SUCCESS, FileRecord, InputRecord, Manifest
-from ._publish import Publication, begin, place, recorded, take
-from .errors import ConfigError, OutputError
+from .._files import Fragment, exists
+from .._journal.journal import STAGING, Entry, Journal
+from .._journal.manifest import MANIFEST, PREVIOUS, SUCCESS, FileRecord, InputRecord, Manifest
+from ..errors import ConfigError, OutputError
+from .publication import (
+    FOLDER_MODES,
+    ChangePlan,
+    Opening,
+    Publication,
+    Target,
+    begin,
+    place,
+    recorded,
+    take,
+)
 
 __all__ = ["FolderPublisher", "open_folder"]
 
 
-def open_folder(
-    output: str, *, job: dict[str, Any], mode: str | None, verify: bool,
-    engine_files: tuple[str, ...], settings: dict[str, Any], partitions: dict[str, Any],
-    on_step: Callable[[str], None] | None = None,
-) -> FolderPublisher:  # fmt: skip
-    """A Parquet folder's publisher for a run given ``settings`` (:mod:`scoring._staging`)."""
-    if mode not in (None, "error", "overwrite", INCREMENTAL):
+def open_folder(output: str, opening: Opening) -> FolderPublisher:
+    """A Parquet folder's publisher, as the run's :class:`Opening` says."""
+    if opening.mode not in (None, *FOLDER_MODES):
         raise ConfigError(
-            f"output mode {mode!r} needs a Delta output (format delta): a Parquet output "
-            "is published whole, replacing the previous run (mode 'overwrite')"
+            f"output mode {opening.mode!r} needs a Delta output (format delta): a Parquet "
+            "output is published whole, replacing the previous run (mode 'overwrite')"
         )
-    journal = Journal(output, job=job, settings={"format": "parquet", **settings})
-    publisher = FolderPublisher(journal, overwrite=mode == "overwrite", verify=verify,
-                                engine_files=engine_files, on_step=on_step)  # fmt: skip
-    publisher.incremental = mode == INCREMENTAL
-    return publisher
+    journal = Journal(output, job=opening.job, settings={"format": "parquet", **opening.settings})
+    return FolderPublisher(journal, opening)
 
 
 class FolderPublisher:
-    def __init__(
-        self,
-        journal: Journal,
-        *,
-        overwrite: bool = False,
-        verify: bool = False,
-        engine_files: tuple[str, ...] = (),
-        on_step: Callable[[str], None] | None = None,
-    ):
+    def __init__(self, journal: Journal, opening: Opening):
         self.journal = journal
-        self.on_step = on_step
+        self.on_step = opening.on_step
         self.url = journal.url
-        self.overwrite = overwrite
-        self.verify = verify  # a complete output's files are read back and hashed
-        self.engine_files = engine_files  # prefixes of files an engine's own commit leaves
+        self.mode = opening.mode or "error"  # "error", "overwrite" or "incremental"
+        self.verify = opening.verify  # a complete output's files are read back and hashed
+        #: Prefixes of the files an engine's own commit leaves.
+        self.engine_files = opening.engine_files
         self.partition_by: list[str] = []
-        self.incremental = False  # a run that follows the input's changes (plan_run's)
-        #: An incremental run's: the last run's files kept as they are (:meth:`follow`).
-        self.carried: Manifest | None = None
 
     @property
     def _root(self) -> str:
@@ -89,7 +81,10 @@ class FolderPublisher:
 
     # -- before writing ------------------------------------------------------------
 
-    def check_target(self, fragments: list[Fragment]) -> bool:
+    def check_target(self, fragments: list[Fragment]) -> Target:
+        """Complete when the output holds this job's run with every file intact; raise
+        when it holds another's (unless the mode replaces it) or files scoring did not
+        write.  An interrupted run's staging is settled first."""
         journal = self.journal
         journal.forget_listings()
         kept, discard = journal.reconcile()
@@ -105,8 +100,8 @@ class FolderPublisher:
             )
             if same and not self._damaged(previous):
                 journal.clear()  # left by a kill after _SUCCESS
-                return True
-            if not same and not self.overwrite and not self.incremental:
+                return Target(journal, complete=True, mode=self.mode)
+            if not same and self.mode == "error":
                 raise OutputError(
                     f"output {self.url!r} already holds a completed run of another model or "
                     "input; choose a new output or overwrite it: mode 'overwrite' (--overwrite)"
@@ -114,7 +109,7 @@ class FolderPublisher:
             # The same job with a published file deleted or replaced rescores what it
             # needs; another job replaces it.
             journal.write_record(**journal.extras(kept))
-            return False
+            return Target(journal, mode=self.mode)
         # Outputs an interrupted publish already moved into place are ours too, and so
         # are those of the run it was publishing over (its manifest names them).
         manifest = self._manifest()
@@ -129,7 +124,7 @@ class FolderPublisher:
                 "choose an empty or new output location"
             )
         journal.write_record(**journal.extras(kept))
-        return False
+        return Target(journal, mode=self.mode)
 
     def _complete(self) -> Manifest | None:
         """The manifest of a complete output (``_SUCCESS`` beside it), else None."""
@@ -178,13 +173,14 @@ class FolderPublisher:
         named = {p[len(root) :].lstrip("/"): int(i.get("size") or 0) for p, i in found.items()}
         return {n: size for n, size in named.items() if not n.startswith(STAGING)}
 
-    def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
+    def follow(self, target: Target, changes: ChangePlan, *, key: Sequence[str] = ()) -> Target:
         """An incremental run's plan: a full one replaces the output (it is this job's),
         any other keeps the last run's files it carries and adds its own."""
-        self.overwrite = self.overwrite or changes.kind == "full"
-        self.carried = None if changes.kind == "full" else changes.carried
+        return dataclasses.replace(
+            target, carried=None if changes.kind == "full" else changes.carried
+        )
 
-    def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
+    def completed(self, target: Target, fragments: list[Fragment]) -> dict[str, Entry]:
         """Journal entries, or entries of this job's published manifest, that prove a
         fragment done for this job (file intact)."""
         self.journal.forget_listings()
@@ -196,13 +192,14 @@ class FolderPublisher:
 
     # -- publication ---------------------------------------------------------------
 
-    def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
+    def publish(self, target: Target, entries: Iterable[Entry], *,
+                extra: dict[str, Any]) -> Manifest:  # fmt: skip
         """Move every staged file into place, then the manifest, then ``_SUCCESS``
         (a previous complete output's files set aside first, see the module docstring)."""
         journal = self.journal
         publication = begin(journal, self.on_step)
         entries = sorted(entries, key=lambda e: e.relpath)
-        carried = self.carried
+        carried = target.carried
         keep = {e.output for e in entries} | set(carried.names() if carried else ())
         staged = {e.output for e in entries if exists(journal.fs, f"{journal.staging}/{e.output}")}
         manifest = self._manifest()
@@ -222,7 +219,7 @@ class FolderPublisher:
                             files=[*carried.files, *files], extra=extra)  # fmt: skip
 
     def publish_files(
-        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+        self, target: Target, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
     ) -> Manifest:
         """Move the ``prefix*`` files another committer wrote into place (an earlier
         run's files there go first, set aside as :meth:`publish` does), record them,
@@ -230,7 +227,7 @@ class FolderPublisher:
         journal = self.journal
         publication = begin(journal, self.on_step)
         manifest = self._manifest()
-        carried = self.carried
+        carried = target.carried
         kept = set(carried.names() if carried else ())
         old = set(manifest.names() if manifest else ()) | {
             p[len(self._root) :].lstrip("/") for p in journal.fs.glob(f"{self._root}/{prefix}*")

@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .errors import OutputError
+from ..errors import OutputError
 
 __all__ = ["MARKER", "check_replaceable", "fresh_folder"]
 

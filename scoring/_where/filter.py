@@ -2,7 +2,7 @@
 SQL's meaning.
 
 ``where = "region IN ('EU', 'CH') AND signup >= DATE '2026-01-01'"``.  sqlglot parses the
-condition (Spark's dialect); :mod:`scoring._where_translate` turns it, over the input's
+condition (Spark's dialect); :mod:`scoring._where.translate` turns it, over the input's
 schema, into one pyarrow dataset expression, which Arrow evaluates on each batch and a
 Parquet reader pushes down to its row groups' statistics.  Every engine applies that one
 expression, so engines cannot disagree, and it keeps exactly the rows Spark SQL keeps
@@ -35,8 +35,8 @@ import pyarrow.dataset as pads
 import sqlglot
 from sqlglot import exp
 
-from ._where_translate import Translator
-from .errors import ConfigError, FilterError
+from ..errors import ConfigError, FilterError
+from .translate import Translator
 
 __all__ = ["SUPPORTED", "RowFilter"]
 

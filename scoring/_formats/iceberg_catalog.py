@@ -8,12 +8,12 @@ change them); an input may also be named by a metadata file
 
 The snapshot is pinned when the input is opened (the current one, a snapshot id, or
 the one current at an ISO 8601 time) and recorded as the dataset's
-:attr:`~scoring._dataset.InputDataset.snapshot`, ``{"format": "iceberg", "version":
+:attr:`~scoring._formats.dataset.InputDataset.snapshot`, ``{"format": "iceberg", "version":
 SNAPSHOT_ID}``, as a Delta table's version is.  The snapshot's data files are the
 input's files, read by pyarrow as any Parquet file (Iceberg keeps the partition source
 columns in the files, so partition values are columns already).  Position delete
 files are applied: the rows they name are skipped as each file is read
-(:attr:`~scoring._dataset.InputDataset.deleted`).  Equality deletes, files that are not
+(:attr:`~scoring._formats.dataset.InputDataset.deleted`).  Equality deletes, files that are not
 Parquet, and files whose column names are not the table's (a column renamed after
 they were written) are refused by name: pyarrow would read them wrong.
 
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import (
+from ..errors import (
     READ_FIX,
     ConfigError,
     DependencyError,
@@ -227,7 +227,8 @@ def snapshot_time(snapshot: Any) -> str:
 
 @dataclass
 class PinnedScan:
-    """A table's snapshot as the Parquet input reads it (:func:`scoring._dataset.open_input`)."""
+    """A table's snapshot as the Parquet input reads it
+    (:func:`scoring._formats.dataset.open_input`)."""
 
     ref: TableRef
     table: Any

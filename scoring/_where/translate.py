@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from ._where_functions import Functions, constant, shown
-from ._where_types import (
+from .functions import Functions, constant, shown
+from .types import (
     Typed,
     cast_to,
     kind,
@@ -55,7 +55,7 @@ _PLAIN: dict[str, Callable[[Any, Any], Any]] = {
 
 class Translator(Functions):
     """Translates nodes of one filter over ``schema``; ``refuse(what)`` makes the error.
-    The functions, casts, arithmetic and CASE are :class:`~scoring._where_functions.Functions`'."""
+    The functions, casts, arithmetic and CASE are :class:`~scoring._where.functions.Functions`'."""
 
     def __init__(self, schema: pa.Schema, refuse: Callable[[str], Exception]):
         self.schema, self._refuse = schema, refuse

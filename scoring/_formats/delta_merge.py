@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from ._dataset import arrow_filesystem
-from ._journal import Journal
+from .._journal.journal import Journal
+from .dataset import arrow_filesystem
 
 __all__ = ["merge", "merge_source"]
 

@@ -12,7 +12,7 @@ holds such a file, :func:`changes` reads the range from the commits themselves:
   ``remove`` with ``dataChange`` its rows deleted (the file read as it was).
 
 Each row gets its ``_commit_version``.  Deletion vectors and column mapping are refused
-before a run gets here (:mod:`scoring._dataset`).
+before a run gets here (:mod:`scoring._formats.dataset`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import OutputError
+from ..errors import OutputError
 
 __all__ = ["LEASE", "OutputLease"]
 

@@ -3,7 +3,7 @@ per finished input fragment, the run's record and the input version it pinned.
 
 Layout under the output while a run is in flight::
 
-    _temporary/_scoring_run.json          what the run was given (:mod:`scoring._staging`)
+    _temporary/_scoring_run.json          what the run was given (:mod:`scoring._journal.staging`)
     _temporary/_input.json                the input version it read (a Delta table's)
     _temporary/<name>                     a finished output file, not yet published
     _temporary/<name>.inprogress-*        a file being written (never trusted)
@@ -14,7 +14,7 @@ sha256, and the job (model sha256, kept columns, outputs).  A rerun skips a frag
 only when its entry matches this job and input and the file still has that sha256.
 
 The journal is all a worker (a Ray actor, a local writer) gets: it opens, finishes and
-discards files.  What is published, and how, is a publisher's (:mod:`scoring._publish`).
+discards files.  What is published, and how, is a publisher's (:mod:`scoring._formats.publication`).
 Other processes write here too, so every decision starts from fresh listings: an
 object store's filesystem (s3fs) caches them per process.
 """
@@ -32,10 +32,9 @@ from typing import Any
 
 import fsspec
 
-from ._dataset import Fragment
-from ._files import exists
-from ._staging import RECORD, compare, owned, refuse_publishing, say
-from .errors import OutputError
+from .._files import Fragment, exists
+from ..errors import OutputError
+from .staging import RECORD, compare, owned, refuse_publishing, say
 
 __all__ = ["STAGING", "Entry", "HashingSink", "Journal", "job_key", "output_name"]
 
@@ -152,7 +151,7 @@ class Journal:
         """This journal, its files going to ``folder`` of the output."""
         return Journal(self.url, job=self.job, settings=self.settings, folder=folder)
 
-    # -- the run's record (see :mod:`scoring._staging`) ---------------------------------
+    # -- the run's record (see :mod:`scoring._journal.staging`) ---------------------------------
 
     @property
     def record_path(self) -> str:

@@ -2,7 +2,7 @@
 
 A manifest names the job (its key: model sha256, kept columns, outputs), the rows, the
 input fragments read and the output files with their size and sha256.  Where the
-product wrote the files, each fragment's journal entry (:class:`~scoring._journal.Entry`)
+product wrote the files, each fragment's journal entry (:class:`~scoring._journal.journal.Entry`)
 names its own file; where an engine's own committer wrote them (Spark's), the fragments
 are :class:`InputRecord` and the files are listed apart (``files``).  The JSON keeps one
 key order, so the same run writes the same bytes (but for ``committed_at``).
@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ._journal import Entry
+from .journal import Entry
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "PREVIOUS", "SUCCESS", "FileRecord", "InputRecord",
            "Manifest"]  # fmt: skip

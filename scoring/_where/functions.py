@@ -1,5 +1,5 @@
 """A row filter's functions, casts, arithmetic and conditionals, with Spark SQL's
-meaning (see :mod:`scoring._where_translate`, whose translator this is a part of)."""
+meaning (see :mod:`scoring._where.translate`, whose translator this is a part of)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from . import _where_udfs as udfs
-from ._where_types import (
+from . import udfs
+from .types import (
     MAX_PRECISION,
     NUMBERS,
     Typed,
@@ -41,7 +41,7 @@ _FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?Infinity|N
 
 
 class Functions:
-    """The translator's functions; :class:`~scoring._where_translate.Translator` gives
+    """The translator's functions; :class:`~scoring._where.translate.Translator` gives
     ``value``, ``common``, ``coerce``, ``compare`` and ``refuse``."""
 
     def value(self, node: exp.Expression) -> Typed:

@@ -1,17 +1,19 @@
-"""Publishers: how a run's files become its output, one per output format.
+"""What every output format's publisher shares: the publisher protocol, the frozen
+:class:`Target` a checked output returns, and functions over a run's journal.
 
-A run plans its output with a publisher (``check_target``: is it complete already, may
-it be written), resumes from what the publisher counts done (``completed``), lets its
-workers write through the publisher's :class:`~scoring._journal.Journal`, and then
-``publish``-es the journal's entries, or, where an engine's own committer wrote the
-files (Spark's), ``publish_files``.  Every format records each output file's size and
-sha256.  The formats: :mod:`scoring._publish_folder` (a Parquet folder, ``_SUCCESS``
-last) and :mod:`scoring._publish_delta` (one Delta commit); ``_engines/target.py``
-registers them by name.
+A run checks its output with a publisher (``check_target``: is it complete already, may
+it be written; the answer a :class:`Target`), resumes from what the publisher counts
+done (``completed``), lets its workers write through the target's
+:class:`~scoring._journal.journal.Journal`, and then ``publish``-es the journal's
+entries, or, where an engine's own committer wrote the files (Spark's),
+``publish_files``.  Every format records each output file's size and sha256.  The
+formats: :mod:`scoring._formats.folder` (a Parquet folder, ``_SUCCESS`` last), and the
+tables of :mod:`scoring._formats.table` (one commit: :mod:`scoring._formats.delta`,
+:mod:`scoring._formats.iceberg`); :mod:`scoring._formats.registry` names them.
 
-What the two share lives here as functions over a journal: the record of a
-publication in this process (what a command stopped by a signal says), moving files
-into place one step at a time, and reading back the files an engine's committer wrote.
+What they share lives here as functions over a journal: the record of a publication in
+this process (what a command stopped by a signal says), moving files into place one
+step at a time, and reading back the files an engine's committer wrote.
 """
 
 from __future__ import annotations
@@ -19,29 +21,33 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from .._files import Fragment, exists
+from .._journal.journal import Entry, Journal
+from .._journal.manifest import FileRecord, InputRecord, Manifest
+from ..errors import ConfigError, OutputError
 
-from ._changes import Changes
-from ._dataset import Fragment
-from ._files import exists
-from ._journal import Entry, Journal
-from ._manifest import FileRecord, InputRecord, Manifest
-from .errors import ConfigError, OutputError
+if TYPE_CHECKING:  # pyarrow is loaded where files are read, not to name a format
+    import pyarrow as pa
 
 __all__ = [
-    "INPUTS", "TABLE_MODES", "Publication", "Publisher", "begin", "engine_dir",
-    "forget_inputs", "landed_meanwhile", "place", "publications_since", "recorded",
-    "recorded_inputs", "recording", "table_mode", "written",
+    "FOLDER_MODES", "INCREMENTAL", "INPUTS", "TABLE_MODES", "ChangePlan", "Opening",
+    "Publication", "Publisher", "Target", "begin", "engine_dir", "forget_inputs",
+    "landed_meanwhile", "place", "publications_since", "recorded", "recorded_inputs",
+    "recording", "table_mode", "table_settings", "take", "written",
 ]  # fmt: skip
 
+#: The publishers' mode for an incremental run: a full run replaces the output (it is
+#: the job's own), a later one adds (or, a table that merges, merges) what changed.
+INCREMENTAL = "incremental"
 #: Where a table output records a Parquet folder input's files scored to date.
 INPUTS = "_scoring_inputs"
 #: A table output's modes (Delta's, Iceberg's), as Spark's writers name them.
 TABLE_MODES = ("error", "append", "overwrite", "overwrite_partitions")
+#: A folder's modes: published whole, a new output or one replacing the last run.
+FOLDER_MODES = ("error", "overwrite", INCREMENTAL)
 
 
 def table_mode(kind: str, mode: str | None, *, extra: tuple[str, ...] = ()) -> str:
@@ -50,6 +56,13 @@ def table_mode(kind: str, mode: str | None, *, extra: tuple[str, ...] = ()) -> s
     if mode not in (*TABLE_MODES, *extra):
         raise ConfigError(f"{kind} output mode {mode!r}: expected one of {', '.join(TABLE_MODES)}")
     return mode
+
+
+def table_settings(name: str, mode: str, opening: Opening) -> dict[str, Any]:
+    """What a table run's staging records (:mod:`scoring._journal.staging`): the format,
+    the mode and partition columns, and the run's own settings."""
+    return {"format": name, "mode": mode, "partition_by": list(opening.partitions),
+            **opening.settings}  # fmt: skip
 
 
 def landed_meanwhile(
@@ -76,22 +89,76 @@ def landed_meanwhile(
     )
 
 
+@dataclass(frozen=True)
+class Opening:
+    """What a run opens its output's publisher with: its ``job`` (what keys it), the
+    ``mode`` asked, whether a rerun hashes published files (``verify``), the prefixes of
+    files an engine's own committer leaves (``engine_files``), the ``settings`` its
+    staging records (:mod:`scoring._journal.staging`), a table's ``partitions`` and
+    their types, and the plan's ``on_step`` hook."""
+
+    job: dict[str, Any]
+    mode: str | None = None
+    verify: bool = False
+    engine_files: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    partitions: dict[str, pa.DataType] = field(default_factory=dict)
+    on_step: Callable[[str], None] | None = None
+
+
+class ChangePlan(Protocol):
+    """What a publisher follows of an incremental run's change set
+    (:class:`scoring._changes.Changes`)."""
+
+    kind: str  # "full", "incremental" or "none"
+    carried: Manifest | None  # the last run's files kept as they are
+    deletes: str | None  # a staged file of the keys whose rows go (a merge's)
+
+    @property
+    def merges(self) -> bool:
+        """Whether rows were updated or deleted (an output that merges merges them)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What checking an output found, and how the run publishes into it.
+
+    ``journal``: what the run's workers write through (a table run's names its own
+    folder).  ``complete``: the output already holds this run.  ``run``: a table run's
+    id (the pending one a rerun resumes, or a new one); ``seen``: the table's state the
+    run planned against (None: no table; else its last scoring run, "" for none).
+    ``mode``: what the publication does (an incremental run's, once it
+    :meth:`~Publisher.follow`-s its changes); ``key``, ``deletes``: a merge's key columns
+    and staged deletes; ``carried``: the last run's files an incremental run keeps."""
+
+    journal: Journal
+    complete: bool = False
+    mode: str = "error"
+    run: str | None = None
+    seen: str | None = None
+    key: tuple[str, ...] = ()
+    deletes: str | None = None
+    carried: Manifest | None = None
+
+
 class Publisher(Protocol):
-    """One output format's way to check, resume and publish a run."""
+    """One output format's way to check, resume and publish a run.  The publisher
+    holds what it was opened with; what a run found and follows is its :class:`Target`."""
 
     url: str
-    #: What workers write through (a Delta run's names its run's folder once checked).
+    #: The output's staging: the run's record, before the target is checked.
     journal: Journal
     #: The output's partition columns (left to the files' ``key=value`` folders).
     partition_by: list[str]
     #: Called after each step of a publication (the plan's ``on_publish_step`` hook).
     on_step: Callable[[str], None] | None
 
-    def check_target(self, fragments: list[Fragment]) -> bool:
-        """True when the output already holds this run, complete; raise when it holds
-        something this run must not replace.  Settles an interrupted run's staging."""
+    def check_target(self, fragments: list[Fragment]) -> Target:
+        """The output's target: ``complete`` when it already holds this run; raise when
+        it holds something this run must not replace.  Settles an interrupted run's
+        staging."""
 
-    def completed(self, fragments: list[Fragment]) -> dict[str, Entry]:
+    def completed(self, target: Target, fragments: list[Fragment]) -> dict[str, Entry]:
         """Fragments already done for this job, by relative path (files intact)."""
 
     def previous(self) -> Manifest | None:
@@ -104,14 +171,15 @@ class Publisher(Protocol):
         """Refuse, before anything is written, files of ``schema`` the output cannot
         take (an existing table's other columns or types), naming the column."""
 
-    def follow(self, changes: Changes, *, key: Sequence[str] = ()) -> None:
-        """Publish as an incremental run's :class:`~scoring._changes.Changes` say."""
+    def follow(self, target: Target, changes: ChangePlan, *, key: Sequence[str] = ()) -> Target:
+        """The target an incremental run's changes publish into."""
 
-    def publish(self, entries: Iterable[Entry], *, extra: dict[str, Any]) -> Manifest:
+    def publish(self, target: Target, entries: Iterable[Entry], *,
+                extra: dict[str, Any]) -> Manifest:  # fmt: skip
         """The journal's files, published; ``extra``: ``metadata``, ``input_snapshot``."""
 
     def publish_files(
-        self, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
+        self, target: Target, fragments: list[Fragment], *, prefix: str, extra: dict[str, Any]
     ) -> Manifest:
         """The ``prefix*`` files an engine's own committer wrote under
         :func:`engine_dir`, published with their sizes and sha256."""
@@ -193,6 +261,8 @@ def take(journal: Journal, publication: Publication, prefix: str, *, into: str) 
 
 def recorded(journal: Journal, paths: list[str]) -> list[FileRecord]:
     """Each published file's record: rows from its footer, its size and sha256."""
+    import pyarrow.parquet as pq
+
     records = []
     for path in paths:
         with journal.fs.open(path, "rb") as f:

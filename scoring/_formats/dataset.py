@@ -32,9 +32,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from ._iceberg import is_iceberg, kept_rows, pinned_scan, refuse_renamed
-from ._where import RowFilter
-from .errors import (
+from .._files import FINGERPRINT, Fragment
+from .._where import RowFilter
+from ..errors import (
     READ_FIX,
     ConfigError,
     DependencyError,
@@ -43,6 +43,7 @@ from .errors import (
     cause_line,
     translated,
 )
+from .iceberg_catalog import is_iceberg, kept_rows, pinned_scan, refuse_renamed
 
 __all__ = [
     "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
@@ -58,35 +59,10 @@ _FIX = "fix or remove the file"
 HEAD_BUFFER = 1 << 20
 
 
-#: What marks a fingerprint holding evidence of the file's content.
-_FINGERPRINT = "c-"
 #: What a filesystem's ``info`` says of a file's content or its last write: an object
 #: store's ETag (S3, Azure), GCS's generation and checksum, a local file's change time
 #: (which no copy tool restores).
 _CONTENT_KEYS = ("ETag", "etag", "generation", "crc32c", "created")
-
-
-@dataclass(frozen=True)
-class Fragment:
-    """One input file: its rows (from the footer) and where its output goes."""
-
-    index: int
-    path: str
-    relpath: str  # relative to the input's base directory; names the output file
-    rows: int
-    #: Path, size, modification time and evidence of the content (the Parquet footer,
-    #: an object store's ETag, a local file's change time): a changed file is rescored,
-    #: even one rewritten at its old size with its old mtime restored (``cp -p``).
-    fingerprint: str
-    size: int = 0  # bytes
-    #: The fingerprint an earlier version recorded (path, size and mtime alone).
-    legacy: str = ""
-
-    def same_as(self, fingerprint: str) -> bool:
-        """Whether a recorded ``fingerprint`` is this file's (either form)."""
-        return fingerprint == self.fingerprint or (
-            not fingerprint.startswith(_FINGERPRINT) and fingerprint == self.legacy
-        )
 
 
 @dataclass
@@ -105,7 +81,7 @@ class InputDataset:
     #: The version asked for when it was opened (a number or a time; None: the latest).
     requested_version: int | str | None = None
     #: An Iceberg snapshot's position deletes: a file's path -> the sorted positions of
-    #: its rows that are deleted (skipped as it is read; :mod:`scoring._iceberg`).
+    #: its rows that are deleted (skipped as it is read; :mod:`scoring._formats.iceberg_catalog`).
     deleted: dict[str, Any] = field(default_factory=dict)
     #: Columns the files hold one value each of (an Iceberg table's identity partitions).
     file_partitions: list[str] = field(default_factory=list)
@@ -386,7 +362,7 @@ def _delta_snapshot(url: str, *, version: int | str | None, empty: bool) -> Inpu
 
 
 def _open_iceberg(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
-    """An Iceberg table's snapshot as an input (:mod:`scoring._iceberg`)."""
+    """An Iceberg table's snapshot as an input (:mod:`scoring._formats.iceberg_catalog`)."""
     scan = pinned_scan(url, version=version)
     fs, root = fsspec.core.url_to_fs(scan.location)
     filesystem = arrow_filesystem(fs)
@@ -596,7 +572,7 @@ def _fragment(index: int, piece: Any, fs: Any, base: str) -> Fragment:
         path=piece.path,
         relpath=relpath,
         rows=rows,
-        fingerprint=_FINGERPRINT + hashlib.sha256(content.encode()).hexdigest()[:16],
+        fingerprint=FINGERPRINT + hashlib.sha256(content.encode()).hexdigest()[:16],
         size=int(info.get("size") or 0),
         legacy=hashlib.sha256(stamp.encode()).hexdigest()[:16],
     )

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import OutputError
+from ..errors import OutputError
 
 __all__ = ["CONTENT", "RECORD", "Rerun", "compare", "owned", "refuse_publishing", "say"]
 
