@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 
 from ._files import exists
 from ._formats import FORMATS, INCREMENTAL, format_named
-from ._formats.dataset import InputDataset, delta_storage_options, open_input
+from ._formats.dataset import InputDataset, open_input
+from ._formats.delta import delta_storage_options
 from ._formats.delta_cdf import changes, escaped_log
 from ._formats.iceberg_catalog import appended
 from ._journal.journal import Entry, Journal, job_key

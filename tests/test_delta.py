@@ -274,7 +274,7 @@ def test_the_table_is_read_by_deltalake_pandas_and_spark(
 
 def test_delta_in_and_out_on_s3(s3_bucket: str, tmp_path: Path,
                                 model: tuple[Path, Any, pd.DataFrame]) -> None:  # fmt: skip
-    from scoring._formats.dataset import delta_storage_options
+    from scoring._formats.delta import delta_storage_options
 
     path, clf, X = model
     source, out = f"{s3_bucket}/features", f"{s3_bucket}/scores"

@@ -1,10 +1,10 @@
 """The formats a run reads and writes: Parquet folders, Delta tables and Iceberg tables.
 
-Reading: :mod:`.dataset` opens any input as its files (a Delta or Iceberg table's at a
-pinned snapshot, :mod:`.iceberg_catalog` and :mod:`.delta_cdf` the tables' own reads).
-Writing: a format's publisher (:mod:`.publication`): :mod:`.folder` (``_SUCCESS``
-last), and the one commit of :mod:`.table` over :mod:`.delta` or :mod:`.iceberg`.
-:mod:`.registry` names each with what it can do; the rest of the product asks it.
+A format is one module: :mod:`.folder`, or a table's (:mod:`.delta`, :mod:`.iceberg`)
+holding what reads a snapshot as an input and what commits a run, the lifecycle they
+share being :mod:`.table`'s.  :mod:`.registry` names each with what it can do; the rest
+of the product asks it.  :mod:`.dataset` opens any input (a folder itself, a table
+through its format's reader); :mod:`.publication` is the publisher protocol.
 """
 
 from .publication import INCREMENTAL, Opening, Publisher, Target

@@ -6,22 +6,19 @@ as Spark and pyarrow do.  Row counts come from the Parquet footers, so nothing i
 until scoring starts; a file whose footer cannot be read is named in the error.
 
 A directory holding ``_delta_log/`` (or a URL written ``delta:<url>``) is a Delta Lake
-table, read through delta-rs (the ``deltalake`` package): its snapshot (the latest
-version, or the one asked for) is pinned when the input is opened, and the files of
-that version, each with its partition values, are the input's files.  The version is
-the dataset's :attr:`InputDataset.snapshot`.  Deletion vectors and column mapping change
-what a file's rows or columns mean without rewriting it: tables with either are refused.
+table, ``iceberg:CATALOG.NAMESPACE.TABLE`` an Iceberg table: each is read by its format's
+module (:mod:`scoring._formats.delta`, :mod:`scoring._formats.iceberg`, as the registry
+names them), its snapshot pinned when the input is opened and the files of that
+snapshot the input's files (:func:`table_input`).  The version is the dataset's
+:attr:`InputDataset.snapshot`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import unquote
 
 import fsspec
 import fsspec.config
@@ -35,19 +32,17 @@ from fsspec.implementations.local import LocalFileSystem
 from .._files import FINGERPRINT, Fragment
 from .._where import RowFilter
 from ..errors import (
-    READ_FIX,
     ConfigError,
-    DependencyError,
     InputError,
     InputFileError,
-    cause_line,
     translated,
 )
-from .iceberg_catalog import is_iceberg, kept_rows, pinned_scan, refuse_renamed
+from .iceberg_catalog import kept_rows
+from .registry import FORMATS, format_of
 
 __all__ = [
-    "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "delta_storage_options",
-    "glob_base", "is_delta_table", "open_input", "without_delta_prefix",
+    "DELTA", "Fragment", "InputDataset", "arrow_filesystem", "glob_base", "is_delta_table",
+    "open_input", "snapshot_dataset", "table_input", "without_delta_prefix",
 ]  # fmt: skip
 
 #: The prefix that names a Delta Lake table: ``delta:/data/scores``, ``delta:s3://b/t``.
@@ -209,21 +204,6 @@ def is_delta_table(url: str) -> bool:
     return bool(fs.exists(f"{path.rstrip('/')}/_delta_log"))
 
 
-def delta_storage_options(url: str) -> dict[str, str]:
-    """delta-rs's options for ``url``'s object store, from fsspec's configuration (the
-    command's storage options, :mod:`scoring._stores`) and the AWS environment."""
-    protocol = fsspec.utils.get_protocol(url)
-    if protocol not in ("s3", "s3a"):
-        return {}
-    conf = fsspec.config.conf.get("s3", {})
-    options = {"AWS_ENDPOINT_URL": conf.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")}
-    options["AWS_ACCESS_KEY_ID"] = conf.get("key")
-    options["AWS_SECRET_ACCESS_KEY"] = conf.get("secret")
-    if str(options["AWS_ENDPOINT_URL"] or "").startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"  # a local S3 API (MinIO, moto) without TLS
-    return {k: str(v) for k, v in options.items() if v}
-
-
 def filtered(data: InputDataset, text: str, *, incremental: bool = False) -> InputDataset:
     """``data`` read through the SQL row filter ``text`` (:mod:`scoring._where`), the
     columns it names checked against the input now, before anything is read."""
@@ -250,11 +230,11 @@ def open_input(url: str, *, version: int | str | None = None, empty: bool = Fals
     current then); default its latest.  ``empty``: a table's snapshot may hold no rows
     (an incremental run then follows its deletes); anything else without rows is
     refused."""
-    if is_iceberg(url):
-        return _open_iceberg(str(url), version=version, empty=empty)
-    url, prefixed = without_delta_prefix(str(url))
-    if prefixed or is_delta_table(url):
-        return _open_delta(url, version=version, empty=empty)
+    kind = FORMATS[format_of(url)]
+    if not kind.table and is_delta_table(str(url)):  # a Delta table known by its log
+        kind = FORMATS["delta"]
+    if kind.table:
+        return kind.read(str(url), version=version, empty=empty)
     if version is not None:
         raise InputError(f"input {url!r} is not a Delta table: it has no versions to pick")
     fs, path = fsspec.core.url_to_fs(str(url))
@@ -282,17 +262,32 @@ def open_input(url: str, *, version: int | str | None = None, empty: bool = Fals
     except InputFileError:
         _refuse_duplicate_names(fs, files if files is not None else fs.find(path))
         raise
-    return _dataset(str(url), fs, list(dataset.get_fragments()), base, dataset)
+    return table_input(str(url), fs, dataset, base)
 
 
-def _dataset(
-    url: str, fs: Any, pieces: list[Any], base: str, dataset: pads.Dataset, *,
+def snapshot_dataset(
+    fs: Any, paths: list[str], schema: pa.Schema, *, partitions: list[Any] | None = None
+) -> pads.FileSystemDataset:
+    """A table snapshot's Parquet files (``paths`` on ``fs``) as one dataset of the
+    table's ``schema``; ``partitions``: each file's partition values, as the expression
+    pyarrow fills those columns from (None: the files hold every column)."""
+    filesystem = arrow_filesystem(fs)
+    fmt = pads.ParquetFileFormat()
+    values = partitions or [None] * len(paths)
+    pieces = [fmt.make_fragment(path, filesystem=filesystem, partition_expression=value)
+              for path, value in zip(paths, values, strict=True)]  # fmt: skip
+    return pads.FileSystemDataset(pieces, schema=schema, format=fmt, filesystem=filesystem)
+
+
+def table_input(
+    url: str, fs: Any, dataset: pads.FileSystemDataset, base: str, *,
     deleted: dict[str, Any] | None = None, empty: bool = False,
 ) -> InputDataset:  # fmt: skip
-    """The input of ``pieces`` (pyarrow fragments; ``dataset`` names their format and
-    schema, partition columns included), every file's footer read; ``deleted``: the
-    positions of deleted rows, by file (an Iceberg snapshot's); ``empty``: whether it may
-    hold no rows (a table's snapshot, whose schema is the table's)."""
+    """The input of ``dataset``'s files (its format and schema, partition columns
+    included), every file's footer read; ``deleted``: the positions of deleted rows, by
+    file (an Iceberg snapshot's); ``empty``: whether it may hold no rows (a table's
+    snapshot, whose schema is the table's)."""
+    pieces = list(dataset.get_fragments())
     deleted = deleted or {}
     fragments = [_fragment(i, piece, fs, base) for i, piece in enumerate(pieces)]
     fragments = [replace(f, rows=f.rows - len(deleted.get(f.path, ()))) for f in fragments]
@@ -308,150 +303,6 @@ def _dataset(
     return InputDataset(url=str(url), fs=fs, dataset=dataset, fragments=fragments, pieces=pieces,
                         partition_columns=partition, conflicts=conflicts,
                         deleted=deleted)  # fmt: skip
-
-
-def _open_delta(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
-    """A Delta table's snapshot as an input (see the module docstring)."""
-    with translated("table read", f"cannot read Delta table {url!r}", fix=READ_FIX):
-        return _delta_snapshot(url, version=version, empty=empty)
-
-
-def _delta_snapshot(url: str, *, version: int | str | None, empty: bool) -> InputDataset:
-    try:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError, TableNotFoundError
-    except ImportError:
-        raise DependencyError(
-            f"input {url!r} is a Delta table: reading it needs delta-rs: pip install "
-            "'scoring[delta]'"
-        ) from None
-    fs, root = fsspec.core.url_to_fs(url)
-    root = root.rstrip("/")
-    number = version if isinstance(version, int) else None
-    if isinstance(version, str) and version.isdigit():
-        number = int(version)
-    try:
-        table = DeltaTable(url, version=number, storage_options=delta_storage_options(url))
-        if version is not None and number is None:  # a time: the version current then
-            _load_as_of(table, str(version), url)
-    except TableNotFoundError:
-        raise InputFileError(f"input {url!r} is not a Delta table (no _delta_log)") from None
-    except InputFileError:
-        raise
-    except (DeltaError, ValueError) as exc:  # ValueError: a time that is no ISO 8601 time
-        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
-    try:  # the version's state: its log read on
-        _refuse_rewriting_features(table, url)
-        schema = pa.schema(table.schema().to_arrow())
-        adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-        partitioned = list(table.metadata().partition_columns)
-    except DeltaError as exc:
-        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
-    filesystem = arrow_filesystem(fs)
-    fmt = pads.ParquetFileFormat()
-    pieces = [
-        fmt.make_fragment(f"{root}/{unquote(a['path'])}", filesystem=filesystem,
-                          partition_expression=_partition(a, partitioned, schema))
-        for a in sorted(adds, key=lambda a: str(a["path"]))
-    ]  # fmt: skip
-    dataset = pads.FileSystemDataset(pieces, schema=schema, format=fmt, filesystem=filesystem)
-    data = _dataset(url, fs, pieces, root, dataset, empty=empty)
-    data.snapshot = {"format": "delta", "version": int(table.version())}
-    data.requested_version = number if number is not None else version
-    return data
-
-
-def _open_iceberg(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
-    """An Iceberg table's snapshot as an input (:mod:`scoring._formats.iceberg_catalog`)."""
-    scan = pinned_scan(url, version=version)
-    fs, root = fsspec.core.url_to_fs(scan.location)
-    filesystem = arrow_filesystem(fs)
-    fmt = pads.ParquetFileFormat()
-    pieces = [fmt.make_fragment(fs._strip_protocol(p), filesystem=filesystem)
-              for p in scan.paths]  # fmt: skip
-    refuse_renamed(scan, pieces)
-    dataset = pads.FileSystemDataset(pieces, schema=scan.schema, format=fmt, filesystem=filesystem)
-    deleted = {fs._strip_protocol(p): d for p, d in scan.deleted.items()}
-    data = _dataset(url, fs, pieces, root.rstrip("/"), dataset, deleted=deleted, empty=empty)
-    data.snapshot = {"format": "iceberg", "version": scan.snapshot_id}
-    data.file_partitions = list(scan.identity)
-    data.requested_version = version
-    return data
-
-
-def _unreadable(url: str, fs: Any, root: str, version: int | str | None, exc: Exception) -> str:
-    """Why a Delta table cannot be read, naming a damaged commit file (the newest,
-    when the latest version was asked for) and the older versions that still read."""
-    at = version or "its latest version"
-    said = f"cannot read Delta table {url!r} at {at}: {cause_line(exc)}"
-    if version is not None:
-        return said
-    commits = sorted(p for p in fs.glob(f"{root}/_delta_log/*.json")
-                     if p.rsplit("/", 1)[-1][:-5].isdigit())  # fmt: skip
-    if not commits or _parses(fs, commits[-1]):
-        return said
-    newest = int(commits[-1].rsplit("/", 1)[-1][:-5])
-    older = (f"; --input-version {newest - 1} (input_version = {newest - 1}) still reads "
-             "the versions before it" if newest > 0 else "")  # fmt: skip
-    return (
-        f"cannot read Delta table {url!r}: its latest version {newest} has a damaged commit "
-        f"file _delta_log/{commits[-1].rsplit('/', 1)[-1]} ({cause_line(exc)}){older}"
-    )
-
-
-def _parses(fs: Any, path: str) -> bool:
-    """Whether every line of a commit file is JSON (a truncated one is not)."""
-    try:
-        for line in fs.cat_file(path).decode().splitlines():
-            if line.strip():
-                json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return False
-    return True
-
-
-def _load_as_of(table: Any, when: str, url: str) -> None:
-    """The table at the version current at ``when`` (ISO 8601; naive means UTC); a time
-    before its first version is refused (delta-rs would give that version)."""
-    from datetime import datetime, timezone
-
-    at = datetime.fromisoformat(when)
-    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-    first = min(int(h["timestamp"]) for h in table.history())  # ms since the epoch
-    if at.timestamp() * 1000 < first:
-        created = datetime.fromtimestamp(first / 1000, timezone.utc).isoformat()
-        raise InputFileError(
-            f"Delta table {url!r} has no version at {when}: its first was committed at "
-            f"{created}; ask for a later time or a version number"
-        )
-    table.load_as_version(at)
-
-
-def _refuse_rewriting_features(table: Any, url: str) -> None:
-    features = set(table.protocol().reader_features or [])
-    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
-    if "columnMapping" in features and mapping != "none":
-        raise InputFileError(
-            f"Delta table {url!r} uses column mapping ({mapping}): its files' column names "
-            "are not the table's; rewrite it without column mapping to score it"
-        )
-    if "deletionVectors" in features and pa.table(table.deletion_vectors()).num_rows:
-        raise InputFileError(
-            f"Delta table {url!r} has deletion vectors: rows deleted without rewriting "
-            "their files; purge them (OPTIMIZE ... or REORG TABLE ... APPLY (PURGE)) first"
-        )
-
-
-def _partition(add: dict[str, Any], columns: list[str], schema: pa.Schema) -> Any:
-    """The file's partition values as the expression pyarrow fills those columns from."""
-    expression = pads.scalar(True)
-    for column in columns:
-        value = add.get(f"partition.{column}")
-        kind = schema.field(column).type
-        term = (pads.field(column).is_null() if value is None
-                else pads.field(column) == pa.scalar(value).cast(kind))  # fmt: skip
-        expression = expression & term
-    return expression
 
 
 def _pruned(piece: Any, expression: pc.Expression, schema: pa.Schema) -> Any:

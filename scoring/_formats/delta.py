@@ -6,31 +6,46 @@ A run's files are placed under ``scoring-<run id>/`` of the table folder (reader
 carries the application transaction ``scoring-<run id>``: a rerun finds it there.  A
 partitioned table's files leave their partition columns to ``key=value`` folders
 (:mod:`scoring._formats.delta_files`); an incremental run with updated or deleted rows
-merges on its key (:mod:`scoring._formats.delta_merge`).  Reading a Delta input is
-:mod:`scoring._formats.dataset`'s (a pinned snapshot) and
-:mod:`scoring._formats.delta_cdf`'s (its change data feed).
+merges on its key (:mod:`scoring._formats.delta_merge`).
+
+Read as an input (:func:`read_delta`), a table's snapshot (its latest version, or the
+one asked for) is pinned when the input is opened, and the files of that version, each
+with its partition values, are the input's files; an incremental run reads its change
+data feed (:mod:`scoring._formats.delta_cdf`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
+import fsspec
+import fsspec.config
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from .._journal.journal import Journal
 from .._journal.manifest import FileRecord
-from ..errors import DependencyError, OutputError, cause_line
-from .dataset import delta_storage_options
+from ..errors import (
+    READ_FIX,
+    DependencyError,
+    InputFileError,
+    OutputError,
+    cause_line,
+    translated,
+)
+from .dataset import InputDataset, snapshot_dataset, table_input, without_delta_prefix
 from .delta_files import file_stats, partition_values
 from .delta_merge import merge, merge_source
 from .publication import INCREMENTAL, Opening, Target, table_mode, table_settings
 from .table import TablePublisher
 
-__all__ = ["DeltaTable", "open_delta"]
+__all__ = ["DeltaTable", "delta_storage_options", "open_delta", "read_delta"]
 
 
 def open_delta(output: str, opening: Opening) -> TablePublisher:
@@ -227,3 +242,148 @@ def _plain(kind: pa.DataType) -> pa.DataType:
     if pa.types.is_large_binary(kind):
         return pa.binary()
     return kind
+
+
+# -- reading ----------------------------------------------------------------------
+
+
+def delta_storage_options(url: str) -> dict[str, str]:
+    """delta-rs's options for ``url``'s object store, from fsspec's configuration (the
+    command's storage options, :mod:`scoring._stores`) and the AWS environment."""
+    protocol = fsspec.utils.get_protocol(url)
+    if protocol not in ("s3", "s3a"):
+        return {}
+    conf = fsspec.config.conf.get("s3", {})
+    options = {"AWS_ENDPOINT_URL": conf.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")}
+    options["AWS_ACCESS_KEY_ID"] = conf.get("key")
+    options["AWS_SECRET_ACCESS_KEY"] = conf.get("secret")
+    if str(options["AWS_ENDPOINT_URL"] or "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"  # a local S3 API (MinIO, moto) without TLS
+    return {k: str(v) for k, v in options.items() if v}
+
+
+def read_delta(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
+    """A Delta table's snapshot as an input: the latest version, or the one asked for
+    (a number, or an ISO 8601 time: the version current then), its files those of that
+    version, each with its partition values.  Deletion vectors and column mapping change
+    what a file's rows or columns mean without rewriting it: tables with either are
+    refused."""
+    url = without_delta_prefix(url)[0]
+    with translated("table read", f"cannot read Delta table {url!r}", fix=READ_FIX):
+        return _delta_snapshot(url, version=version, empty=empty)
+
+
+def _delta_snapshot(url: str, *, version: int | str | None, empty: bool) -> InputDataset:
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+    except ImportError:
+        raise DependencyError(
+            f"input {url!r} is a Delta table: reading it needs delta-rs: pip install "
+            "'scoring[delta]'"
+        ) from None
+    fs, root = fsspec.core.url_to_fs(url)
+    root = root.rstrip("/")
+    number = version if isinstance(version, int) else None
+    if isinstance(version, str) and version.isdigit():
+        number = int(version)
+    try:
+        table = DeltaTable(url, version=number, storage_options=delta_storage_options(url))
+        if version is not None and number is None:  # a time: the version current then
+            _load_as_of(table, str(version), url)
+    except TableNotFoundError:
+        raise InputFileError(f"input {url!r} is not a Delta table (no _delta_log)") from None
+    except InputFileError:
+        raise
+    except (DeltaError, ValueError) as exc:  # ValueError: a time that is no ISO 8601 time
+        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
+    try:  # the version's state: its log read on
+        _refuse_rewriting_features(table, url)
+        schema = pa.schema(table.schema().to_arrow())
+        adds = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+        partitioned = list(table.metadata().partition_columns)
+    except DeltaError as exc:
+        raise InputFileError(_unreadable(url, fs, root, version, exc)) from None
+    adds = sorted(adds, key=lambda a: str(a["path"]))
+    paths = [f"{root}/{unquote(a['path'])}" for a in adds]
+    values = [_partition(a, partitioned, schema) for a in adds]
+    dataset = snapshot_dataset(fs, paths, schema, partitions=values)
+    data = table_input(url, fs, dataset, root, empty=empty)
+    data.snapshot = {"format": "delta", "version": int(table.version())}
+    data.requested_version = number if number is not None else version
+    return data
+
+
+def _unreadable(url: str, fs: Any, root: str, version: int | str | None, exc: Exception) -> str:
+    """Why a Delta table cannot be read, naming a damaged commit file (the newest,
+    when the latest version was asked for) and the older versions that still read."""
+    at = version or "its latest version"
+    said = f"cannot read Delta table {url!r} at {at}: {cause_line(exc)}"
+    if version is not None:
+        return said
+    commits = sorted(p for p in fs.glob(f"{root}/_delta_log/*.json")
+                     if p.rsplit("/", 1)[-1][:-5].isdigit())  # fmt: skip
+    if not commits or _parses(fs, commits[-1]):
+        return said
+    newest = int(commits[-1].rsplit("/", 1)[-1][:-5])
+    older = (f"; --input-version {newest - 1} (input_version = {newest - 1}) still reads "
+             "the versions before it" if newest > 0 else "")  # fmt: skip
+    return (
+        f"cannot read Delta table {url!r}: its latest version {newest} has a damaged commit "
+        f"file _delta_log/{commits[-1].rsplit('/', 1)[-1]} ({cause_line(exc)}){older}"
+    )
+
+
+def _parses(fs: Any, path: str) -> bool:
+    """Whether every line of a commit file is JSON (a truncated one is not)."""
+    try:
+        for line in fs.cat_file(path).decode().splitlines():
+            if line.strip():
+                json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _load_as_of(table: Any, when: str, url: str) -> None:
+    """The table at the version current at ``when`` (ISO 8601; naive means UTC); a time
+    before its first version is refused (delta-rs would give that version)."""
+    from datetime import datetime, timezone
+
+    at = datetime.fromisoformat(when)
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    first = min(int(h["timestamp"]) for h in table.history())  # ms since the epoch
+    if at.timestamp() * 1000 < first:
+        created = datetime.fromtimestamp(first / 1000, timezone.utc).isoformat()
+        raise InputFileError(
+            f"Delta table {url!r} has no version at {when}: its first was committed at "
+            f"{created}; ask for a later time or a version number"
+        )
+    table.load_as_version(at)
+
+
+def _refuse_rewriting_features(table: Any, url: str) -> None:
+    features = set(table.protocol().reader_features or [])
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if "columnMapping" in features and mapping != "none":
+        raise InputFileError(
+            f"Delta table {url!r} uses column mapping ({mapping}): its files' column names "
+            "are not the table's; rewrite it without column mapping to score it"
+        )
+    if "deletionVectors" in features and pa.table(table.deletion_vectors()).num_rows:
+        raise InputFileError(
+            f"Delta table {url!r} has deletion vectors: rows deleted without rewriting "
+            "their files; purge them (OPTIMIZE ... or REORG TABLE ... APPLY (PURGE)) first"
+        )
+
+
+def _partition(add: dict[str, Any], columns: list[str], schema: pa.Schema) -> Any:
+    """The file's partition values as the expression pyarrow fills those columns from."""
+    expression = pads.scalar(True)
+    for column in columns:
+        value = add.get(f"partition.{column}")
+        kind = schema.field(column).type
+        term = (pads.field(column).is_null() if value is None
+                else pads.field(column) == pa.scalar(value).cast(kind))  # fmt: skip
+        expression = expression & term
+    return expression

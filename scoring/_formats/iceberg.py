@@ -1,5 +1,6 @@
-"""An Apache Iceberg table, written through pyiceberg (no JVM, no Spark runtime jars):
-a run published as one snapshot in one catalog commit (:mod:`scoring._formats.table`).
+"""An Apache Iceberg table, read and written through pyiceberg (no JVM, no Spark runtime
+jars): a run published as one snapshot in one catalog commit
+(:mod:`scoring._formats.table`), and a snapshot read as an input (:func:`read_iceberg`).
 
 The table is named through its catalog, ``iceberg:CATALOG.NAMESPACE.TABLE``
 (:mod:`scoring._formats.iceberg_catalog`, which also reads an Iceberg input).  A run's
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -24,10 +26,11 @@ from .._journal.journal import Journal
 from .._journal.manifest import FileRecord
 from ..errors import WRITE_FIX, ConfigError, OutputError, cause_line, translated
 from . import iceberg_catalog as catalogs
+from .dataset import InputDataset, snapshot_dataset, table_input
 from .publication import INCREMENTAL, Opening, Target, table_mode, table_settings
 from .table import TablePublisher
 
-__all__ = ["IcebergTable", "open_iceberg"]
+__all__ = ["IcebergTable", "open_iceberg", "read_iceberg"]
 
 
 def open_iceberg(output: str, opening: Opening) -> TablePublisher:
@@ -246,3 +249,21 @@ def _same_kind(table: pa.DataType, written: pa.DataType) -> bool:
     """Whether files holding ``written`` are read right as the table's ``table``."""
     plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
     return plain.get(table, table) == plain.get(written, written)
+
+
+# -- reading ----------------------------------------------------------------------
+
+
+def read_iceberg(url: str, *, version: int | str | None, empty: bool = False) -> InputDataset:
+    """An Iceberg table's snapshot as an input (:mod:`scoring._formats.iceberg_catalog`):
+    its data files, their deleted rows left out as the scan reads them."""
+    scan = catalogs.pinned_scan(url, version=version)
+    fs, root = fsspec.core.url_to_fs(scan.location)
+    dataset = snapshot_dataset(fs, [fs._strip_protocol(p) for p in scan.paths], scan.schema)
+    catalogs.refuse_renamed(scan, dataset.get_fragments())
+    deleted = {fs._strip_protocol(p): d for p, d in scan.deleted.items()}
+    data = table_input(url, fs, dataset, root.rstrip("/"), deleted=deleted, empty=empty)
+    data.snapshot = {"format": "iceberg", "version": scan.snapshot_id}
+    data.file_partitions = list(scan.identity)
+    data.requested_version = version
+    return data

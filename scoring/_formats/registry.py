@@ -27,9 +27,11 @@ class Format:
     label: str
     #: The prefix a location names it by (``delta:``); "" for none.
     prefix: str
-    #: Its module in this package and the function there opening its publisher: the
-    #: module is imported when an output of the format is opened, not to name it.
+    #: Its module in this package and the functions there opening its publisher and
+    #: (a table's) reading it as an input: the module is imported when a table of the
+    #: format is opened, not to name it.  A folder is read by :mod:`.dataset` itself.
     publisher: str
+    reader: str
     modes: tuple[str, ...]
     #: Published as one commit to a table (else a folder, ``_SUCCESS`` last).
     table: bool
@@ -50,23 +52,35 @@ class Format:
 
     def open(self, output: str, opening: Opening) -> Publisher:
         """The output's publisher, opened as the run's :class:`Opening` says."""
-        module, function = self.publisher.split(":")
-        opened: Publisher = getattr(importlib.import_module(f"{__package__}.{module}"),
-                                    function)(output, opening)  # fmt: skip
+        opened: Publisher = _function(self.publisher)(output, opening)
         return opened
+
+    def read(self, url: str, *, version: int | str | None, empty: bool) -> Any:
+        """A table of this format as an input (an
+        :class:`~scoring._formats.dataset.InputDataset`, which reads through this
+        registry), at ``version`` (None: its latest)."""
+        return _function(self.reader)(url, version=version, empty=empty)
+
+
+def _function(name: str) -> Any:
+    """``module:function`` of this package, the module imported now."""
+    module, function = name.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 _TABLE_MODES = (*TABLE_MODES, INCREMENTAL)
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("parquet", "Parquet", prefix="", publisher="folder:open_folder", modes=FOLDER_MODES,
-           table=False, partitions=False, folder_partitions=False, mixed_partitions=False,
-           merges=False, time_travel=False, changes="files"),
-    Format("delta", "Delta", prefix="delta:", publisher="delta:open_delta", modes=_TABLE_MODES,
-           table=True, partitions=True, folder_partitions=True, mixed_partitions=True,
-           merges=True, time_travel=True, changes="feed"),
+    Format("parquet", "Parquet", prefix="", publisher="folder:open_folder", reader="",
+           modes=FOLDER_MODES, table=False, partitions=False, folder_partitions=False,
+           mixed_partitions=False, merges=False, time_travel=False, changes="files"),
+    Format("delta", "Delta", prefix="delta:", publisher="delta:open_delta",
+           reader="delta:read_delta", modes=_TABLE_MODES, table=True, partitions=True,
+           folder_partitions=True, mixed_partitions=True, merges=True, time_travel=True,
+           changes="feed"),
     Format("iceberg", "Iceberg", prefix="iceberg:", publisher="iceberg:open_iceberg",
-           modes=_TABLE_MODES, table=True, partitions=True, folder_partitions=False,
-           mixed_partitions=False, merges=False, time_travel=True, changes="appends"),
+           reader="iceberg:read_iceberg", modes=_TABLE_MODES, table=True, partitions=True,
+           folder_partitions=False, mixed_partitions=False, merges=False, time_travel=True,
+           changes="appends"),
 )}  # fmt: skip
 #: The format of an output named by a path alone.
 DEFAULT_FORMAT = "parquet"
