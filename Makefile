@@ -54,7 +54,7 @@ $(RUNTIME): pyproject.toml Makefile
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(BIN)/pip install -e '.[dev,ray,spark,catboost,postgres,s3,metrics,mlflow,delta,iceberg,triton]'
+	$(BIN)/pip install -e '.[dev,ray,spark,catboost,onnx,postgres,s3,metrics,mlflow,delta,iceberg,triton]'
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ]; then \
 		echo "warning: no Java runtime: the Spark engine and its tests need Java 17 or 21."; \

@@ -21,7 +21,7 @@ import torch
 
 from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
-from . import catboost, lightgbm, sklearn, xgboost  # noqa: F401  (the registration line)
+from . import catboost, lightgbm, onnx, sklearn, xgboost  # noqa: F401  (the registration line)
 from ._mlflow import (
     MlflowModel,
     check_reachable,
