@@ -54,7 +54,7 @@ def register(
     model: str = typer.Argument(
         ...,
         metavar="MODEL",
-        help="model file (.json/.ubj, .txt, .skops, .cbm; or a pickle), or an MLflow model: "
+        help="model file (.json/.ubj, .txt, .skops, .cbm, .onnx; or a pickle), or an MLflow model: "
         "models:/NAME@ALIAS, models:/NAME/VERSION, runs:/RUN_ID/PATH or its directory",
     ),
     name: str | None = typer.Option(
