@@ -210,6 +210,20 @@ def test_every_branch_mode_and_missing_direction_as_onnx_runtime_reads_them(
     np.testing.assert_array_equal(compiled.predict(rows), labels)
 
 
+def test_a_binary_score_starts_from_its_base_value(exported: dict[str, Any]) -> None:
+    """A binary ensemble's one score starts from its one base value; one per class is
+    refused (ONNX Runtime then scores each class on its own: the two columns are not a
+    pair)."""
+    model = _with(exported["gb_binary"], base_values=[0.75])
+    rows = _hard_rows(model)
+    want, labels = _runtime(model, rows)
+    compiled = scoring.compile(model, backend="tensor", strategy="fused", device="cpu")
+    np.testing.assert_allclose(compiled.predict_proba(rows), want, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(compiled.predict(rows), labels)
+    with pytest.raises(UnsupportedModelError, match="2 base values for 1 scores"):
+        scoring.compile(_with(exported["gb_binary"], base_values=[0.75, -0.5]))
+
+
 def test_what_cannot_be_matched_exactly_is_refused_by_name(exported: dict[str, Any]) -> None:
     model = exported["rf_binary"]
     modes = next(onnx.helper.get_attribute_value(a) for a in _ensemble(model).attribute

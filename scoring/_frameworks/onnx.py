@@ -16,8 +16,8 @@ What ONNX Runtime computes, made explicit in the IR:
   last bit (a vote of exactly one half then falls either way).  A regressor's
   ``AVERAGE`` divides by the tree count.  ``post_transform``: ``NONE``, ``LOGISTIC``
   (binary: the one score is the second class's, the first its complement) or
-  ``SOFTMAX``; ``SOFTMAX_ZERO``, ``PROBIT``, and ``MIN`` or ``MAX`` aggregation are
-  refused by name.
+  ``SOFTMAX``; ``SOFTMAX_ZERO``, ``PROBIT``, ``MIN`` or ``MAX`` aggregation, and base
+  values other than one per score are refused by name.
 * The graph may carry what exporters put after the ensemble (``ZipMap``, ``Cast``,
   ``Identity`` of its outputs); any other operator is refused by name.
 
@@ -127,6 +127,11 @@ def import_onnx(model: Any) -> Forest:
     if ensemble.classifier:
         binary = len(classes) == 2 and n_out == 1
         task = "binary" if binary else "multiclass"
+        if binary and outputs != [0]:
+            raise UnsupportedModelError(
+                f"ONNX TreeEnsembleClassifier of two classes scores class id {outputs[0]}: "
+                "ONNX Runtime reads a binary score from class id 0"
+            )
         if not binary and n_out != len(classes):
             raise UnsupportedModelError(
                 f"ONNX TreeEnsembleClassifier scores {n_out} of its {len(classes)} classes"
@@ -135,8 +140,11 @@ def import_onnx(model: Any) -> Forest:
         task = "regression"
     trees = _trees(ensemble, prefix, n_out)
     base = np.asarray(ensemble.get("base_values") or [0.0] * n_out, dtype=np.float64)
-    if task == "binary" and len(base) == 2:  # a binary score's base is its second class's
-        base = base[1:]
+    if len(base) != n_out:  # ONNX Runtime then scores each class on its own, not a pair
+        raise UnsupportedModelError(
+            f"ONNX {ensemble.kind}: {len(base)} base values for {n_out} scores; export "
+            "one base value per score"
+        )
     return Forest(
         framework="onnx",
         model_kind=f"onnx.{ensemble.kind}",
