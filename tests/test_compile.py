@@ -104,9 +104,9 @@ def test_pickle_refused_unless_trusted(tmp_path: Path) -> None:
 def test_unknown_file_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="does not exist"):
         scoring.compile(tmp_path / "nope.json")
-    (tmp_path / "m.onnx").write_bytes(b"x")
+    (tmp_path / "m.pmml").write_bytes(b"x")
     with pytest.raises(ModelFileError, match="unknown suffix"):
-        scoring.compile(tmp_path / "m.onnx")
+        scoring.compile(tmp_path / "m.pmml")
 
 
 def test_unsupported_models_are_named() -> None:

@@ -248,3 +248,11 @@ def test_a_graph_with_other_operators_is_refused_naming_them() -> None:
     model = skl2onnx.to_onnx(pipeline.fit(filled, binary), filled[:1])
     with pytest.raises(UnsupportedModelError, match=r"ai\.onnx\.ml\.Scaler"):
         scoring.compile(model)
+
+
+def test_a_damaged_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    from scoring.errors import ModelFileError
+
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    with pytest.raises(ModelFileError, match=r"cannot read ONNX model file .*m\.onnx"):
+        scoring.compile(tmp_path / "m.onnx")

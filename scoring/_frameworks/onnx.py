@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .._ir import Forest, Tree, largest_float32_below
-from ..errors import UnsupportedModelError
+from ..errors import ModelFileError, UnsupportedModelError
 from ._common import numeric_tree
 from ._protocol import Framework, NativeModel, register
 
@@ -311,8 +311,15 @@ class Onnx(Framework):
 
     def load_file(self, path: Path, *, trusted: bool) -> Any:
         import onnx
+        from google.protobuf.message import DecodeError
 
-        return onnx.load_model(str(path), load_external_data=False)
+        try:
+            return onnx.load_model(str(path), load_external_data=False)
+        except DecodeError as exc:
+            raise ModelFileError(
+                f"cannot read ONNX model file {str(path)!r}: {exc}; it is damaged or not an "
+                "ONNX model: export it again"
+            ) from None
 
     def to_forest(self, model: Any) -> Forest:
         """The forest, without ONNX Runtime: it refuses no value (NaN and +-inf take
