@@ -38,7 +38,7 @@ __all__ = [
 
 _SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
 #: Flavors in the order one is picked when an MLflow model has several.
-_TREE_FLAVORS = ("xgboost", "lightgbm", "catboost", "sklearn")
+_TREE_FLAVORS = ("xgboost", "lightgbm", "catboost", "sklearn", "onnx")
 #: The XGBoost classes the xgboost flavor's ``model_class`` may name (anything else in
 #: that field is refused rather than imported).
 _XGBOOST_CLASSES = frozenset({
@@ -320,8 +320,13 @@ def _catboost(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref:
     return _load(_as_file(path, str(conf.get("data", "model.cb")), tmp, suffix), trusted=trusted)
 
 
+def _onnx(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: str) -> Any:
+    return _load(_as_file(path, str(conf.get("data", "model.onnx")), tmp, ".onnx"), trusted=trusted)
+
+
 _LOADERS: dict[str, Loader] = {
     "xgboost": _xgboost, "lightgbm": _lightgbm, "catboost": _catboost, "sklearn": _sklearn,
+    "onnx": _onnx,
 }  # fmt: skip
 
 

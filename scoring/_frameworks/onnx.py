@@ -27,6 +27,7 @@ The native predictor is ONNX Runtime itself; its margins come from the same grap
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ _AROUND = ("ZipMap", "Cast", "Identity")
 _TRUE_LEFT = {"BRANCH_LEQ": False, "BRANCH_LT": True}  # mode -> threshold lowered
 _TRUE_RIGHT = {"BRANCH_GT": False, "BRANCH_GTE": True}
 _POST = {"NONE": "identity", "LOGISTIC": "sigmoid", "SOFTMAX": "softmax"}
+#: Where a model's feature names are kept (the graph's one tensor names no columns).
+_NAMES = "feature_names"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,20 @@ def _n_features(model: Any, ensemble: _Ensemble) -> int:
     return int(max(ensemble.get("nodes_featureids"), default=-1)) + 1
 
 
+def _feature_names(model: Any, n_features: int) -> list[str] | None:
+    """The names :meth:`Onnx.named` kept in the model's metadata, if any."""
+    kept = {p.key: p.value for p in model.metadata_props}
+    if _NAMES not in kept:
+        return None
+    names = json.loads(kept[_NAMES])
+    if not isinstance(names, list) or len(names) != n_features:
+        raise UnsupportedModelError(
+            f"ONNX model metadata {_NAMES!r} names {len(names)} features, its input has "
+            f"{n_features}"
+        )
+    return [str(n) for n in names]
+
+
 def import_onnx(model: Any) -> Forest:
     """An ONNX ModelProto's tree ensemble as a Forest (see the module docstring)."""
     ensemble = _ensemble(model)
@@ -145,12 +162,14 @@ def import_onnx(model: Any) -> Forest:
             f"ONNX {ensemble.kind}: {len(base)} base values for {n_out} scores; export "
             "one base value per score"
         )
+    n_features = _n_features(model, ensemble)
     return Forest(
         framework="onnx",
         model_kind=f"onnx.{ensemble.kind}",
         task=task,  # type: ignore[arg-type]
         trees=trees,
-        n_features=_n_features(model, ensemble),
+        n_features=n_features,
+        feature_names=_feature_names(model, n_features),
         n_outputs=n_out,
         base_score=base.reshape(n_out),
         post_transform=_POST[post],  # type: ignore[arg-type]
@@ -339,6 +358,20 @@ class Onnx(Framework):
 
     def native(self, model: Any, forest: Forest) -> NativeModel:
         return OnnxNative(model, forest)
+
+    def named(self, model: Any, names: list[str]) -> Any | None:
+        """``model`` with ``names`` in its own metadata (``metadata_props``
+        ``feature_names``, a JSON list), which the import reads back."""
+        from onnx import ModelProto
+
+        copy = ModelProto()
+        copy.CopyFrom(model)
+        kept = [p for p in copy.metadata_props if p.key != _NAMES]
+        del copy.metadata_props[:]
+        copy.metadata_props.extend(kept)
+        entry = copy.metadata_props.add()
+        entry.key, entry.value = _NAMES, json.dumps(list(names))
+        return copy
 
 
 FRAMEWORK = register(Onnx())
