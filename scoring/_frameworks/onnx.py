@@ -208,6 +208,8 @@ def _tree(
 ) -> Tree:  # fmt: skip
     ids = [columns["nodeids"][i] for i in rows]
     index = {node: j for j, node in enumerate(sorted(ids))}
+    if 0 not in index:  # the root: ONNX numbers a tree's nodes from 0
+        raise UnsupportedModelError(f"ONNX tree {tree_id} has no node 0 (its root)")
     n = len(ids)
     feature, threshold = np.zeros(n, np.int64), np.zeros(n)
     left, right = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
@@ -234,8 +236,6 @@ def _tree(
         feature[j] = int(columns["featureids"][i])
         nan_true = bool(tracks[i])  # NaN fails every test: the false branch, unless tracked
         default_left[j] = nan_true if mode in _TRUE_LEFT else not nan_true
-    if index and min(index) != 0 and 0 not in index:
-        raise UnsupportedModelError(f"ONNX tree {tree_id} has no node 0 (its root)")
     return numeric_tree(feature=feature, threshold=threshold, left=left, right=right,
                         default_left=default_left, value=value)  # fmt: skip
 
@@ -270,11 +270,8 @@ class OnnxNative(NativeModel):
 
     def predict(self, X: Any) -> np.ndarray:
         if self.forest.task == "regression":
-            return (
-                self._scores(X, raw=False)[:, 0]
-                if self.forest.n_outputs == 1
-                else (self._scores(X, raw=False))
-            )
+            values = self._scores(X, raw=False)
+            return values[:, 0] if self.forest.n_outputs == 1 else values
         return np.asarray(self._run(X, raw=False)[0])
 
     def predict_proba(self, X: Any) -> np.ndarray:
