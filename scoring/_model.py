@@ -29,7 +29,13 @@ from ._backends.hummingbird import HummingbirdBackend
 from ._backends.native import NativeBackend
 from ._backends.tensor import TensorBackend
 from ._bundle import Bundle, sha256_hex
-from ._frameworks import dump_model, import_model, library_versions, model_object
+from ._frameworks import (
+    dump_model,
+    framework_named,
+    import_model,
+    library_versions,
+    model_object,
+)
 from ._inputs import model_columns, prepare
 from ._ir import Forest
 from ._parity import Verification, as_frame, probe_rows, verify
@@ -278,7 +284,8 @@ def compile_imported(
             native = NativeBackend(model, forest)
             native.strategy_reason = f"native predictor: the tensor backend failed ({exc})"
             return CompiledModel(forest=forest, implementation=native, _source=model)
-        if on_cpu:
+        # A predictor outside this process (Spark's JVM) is no candidate for a call.
+        if on_cpu and framework_named(forest.framework).in_process:
             candidates: list[Backend] = [impl, NativeBackend(model, forest)]
             impl, timings = _fastest_on_cpu(forest, candidates)
     timings.update(_schedule_of(impl))

@@ -11,8 +11,10 @@ user's own ``models`` module); the product itself never imports it but for the d
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ import pandas as pd
 __all__ = [
     "BENCHMARK_RECIPES",
     "DEMO_RECIPE",
+    "EXCHANGE_RECIPES",
     "EXPLAIN_RECIPES",
     "GPU_RECIPES",
     "SMALL_RECIPES",
@@ -32,7 +35,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    framework: str  # sklearn | xgboost | lightgbm | catboost (an optional extra)
+    #: sklearn | xgboost | lightgbm | catboost (an optional extra) | onnx (a model of
+    #: ``params["source"]``'s exported) | spark (Spark ML, fitted in a local session)
+    framework: str
     estimator: str  # class name, or "Booster" for the native training API
     # binary | multiclass | one_class | multioutput (two targets) | multilabel (three) |
     # regression | multi_regression (two targets) | poisson | ranking | anomaly
@@ -57,8 +62,13 @@ class Recipe:
 
     @property
     def available(self) -> bool:
-        """Whether its framework is installed (CatBoost is an optional extra)."""
-        return importlib.util.find_spec(self.framework) is not None
+        """Whether its framework is installed (CatBoost is an optional extra; Spark needs
+        a Java runtime, ONNX recipes their exporters)."""
+        needs = _NEEDS.get(self.framework, (self.framework,))
+        if not all(importlib.util.find_spec(module) is not None for module in needs):
+            return False
+        java = bool(shutil.which("java") or os.environ.get("JAVA_HOME"))
+        return self.framework != "spark" or java
 
     def data(self, *, seed: int = 0) -> tuple[Any, np.ndarray]:
         return make_data(self, seed=seed)
@@ -235,8 +245,53 @@ def _fit_catboost(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
     return model.fit(X, y)
 
 
+def _fit_onnx(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
+    """The recipe's model fitted by its ``source`` framework, exported to ONNX-ML
+    (skl2onnx for scikit-learn, onnxmltools for LightGBM and XGBoost)."""
+    params = {k: v for k, v in r.params.items() if k != "source"}
+    source = replace(r, framework=r.params["source"], params=params)
+    model = _FIT[source.framework](source, X, y, seed)
+    rows = np.asarray(X, dtype=np.float32)
+    if source.framework == "sklearn":
+        import skl2onnx
+
+        return skl2onnx.to_onnx(model, rows[:1], options={"zipmap": False})
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    typed = [("X", FloatTensorType([None, r.n_features]))]
+    convert = getattr(onnxmltools, f"convert_{source.framework}")
+    return convert(model, initial_types=typed)
+
+
+def _fit_spark(r: Recipe, X: Any, y: np.ndarray, seed: int) -> Any:
+    """A Spark ML model fitted in a local session: on a VectorAssembler's vector of the
+    columns, or (``frame``) as a PipelineModel of the assembler and the model."""
+    import pyarrow as pa
+    from pyspark.ml import Pipeline, classification, regression
+    from pyspark.ml.feature import VectorAssembler
+
+    from .spark import local_session
+
+    names = list(X.columns) if r.frame else [f"f{j}" for j in range(r.n_features)]
+    rows = np.asarray(X, dtype=np.float64)
+    table = pa.table({**{n: rows[:, j] for j, n in enumerate(names)}, "label": y.astype(float)})
+    frame = local_session("local[1]").createDataFrame(table)
+    module = classification if r.estimator.endswith("Classifier") else regression
+    params: dict[str, Any] = {"maxDepth": r.depth, "seed": seed, **r.params}
+    if not r.estimator.startswith("DecisionTree"):
+        params["maxIter" if r.estimator.startswith("GBT") else "numTrees"] = r.n_trees
+    estimator = getattr(module, r.estimator)(**params)
+    assembler = VectorAssembler(inputCols=names, outputCol="features", handleInvalid="keep")
+    if r.frame:
+        return Pipeline(stages=[assembler, estimator]).fit(frame)
+    return estimator.fit(assembler.transform(frame))
+
+
+#: What a framework's recipes need installed, where that is not the framework's name.
+_NEEDS = {"onnx": ("onnx", "onnxruntime", "skl2onnx", "onnxmltools"), "spark": ("pyspark",)}
 _FIT = {"sklearn": _fit_sklearn, "xgboost": _fit_xgboost, "lightgbm": _fit_lightgbm,
-        "catboost": _fit_catboost}  # fmt: skip
+        "catboost": _fit_catboost, "onnx": _fit_onnx, "spark": _fit_spark}  # fmt: skip
 
 
 def _r(name: str, framework: str, estimator: str, task: str, **kw: Any) -> Recipe:
@@ -342,6 +397,19 @@ SMALL_RECIPES: list[Recipe] = [
     _r("cb_frame", "catboost", "CatBoostRegressor", "regression", frame=True),
     _r("lgb_booster", "lightgbm", "Booster", "binary",
        params={"objective": "binary", "sigmoid": 0.7}),
+]  # fmt: skip
+
+#: Models that come from another system's format: ONNX-ML exports (held to ONNX Runtime)
+#: and Spark ML models (held to Spark's transform, in a JVM).  The parity suite runs over
+#: them beside the small recipes; the suites that read a framework's own Python API (its
+#: predict, its contributions) do not.
+EXCHANGE_RECIPES: list[Recipe] = [
+    _r("onnx_rf_clf", "onnx", "RandomForestClassifier", "multiclass", params={"source": "sklearn"}),
+    _r("onnx_lgb_clf", "onnx", "LGBMClassifier", "binary", params={"source": "lightgbm"}),
+    _r("onnx_xgb_reg", "onnx", "XGBRegressor", "regression", params={"source": "xgboost"}),
+    _r("spark_gbt_clf", "spark", "GBTClassifier", "binary", missing=False, frame=True),
+    _r("spark_rf_clf", "spark", "RandomForestClassifier", "multiclass", missing=False),
+    _r("spark_dt_reg", "spark", "DecisionTreeRegressor", "regression", missing=False, depth=6),
 ]  # fmt: skip
 
 #: The Hummingbird benchmark shape: 500 trees of depth 8 on 28 features.

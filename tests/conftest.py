@@ -31,7 +31,7 @@ from scoring._backends.native import NativeBackend
 from scoring._frameworks import import_model, model_object
 from scoring._ir import Forest
 from scoring._parity import as_frame
-from scoring.recipes import SMALL_RECIPES, Recipe
+from scoring.recipes import EXCHANGE_RECIPES, SMALL_RECIPES, Recipe
 
 warnings.filterwarnings("ignore", category=UserWarning)
 # No background package builders (scoring/_compiler/packages.py) for every fused model
@@ -49,6 +49,8 @@ os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="scoring-data-")
 os.environ.pop("SCORING_HOME", None)
 
 RECIPES = {r.name: r for r in SMALL_RECIPES}
+#: Every recipe by name, the exchange formats' too (ONNX-ML, Spark ML): the parity suite's.
+ALL_RECIPES = {**RECIPES, **{r.name: r for r in EXCHANGE_RECIPES}}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
 SLOWEST_FIRST = [
     "test_parity.py", "test_spark_cluster.py", "test_ray.py", "test_incremental.py",
     "test_docs.py", "test_incremental_keys.py", "test_publication.py", "test_spark.py",
+    "test_sparkml.py",
     "test_ray_cluster.py", "test_error_sites.py", "test_filter_spark.py", "test_delta.py",
     "test_iceberg.py", "test_gpu_image.py", "test_triton_walk.py", "test_jobs.py",
     "test_registry.py", "test_gpu_suite.py", "test_mlflow.py", "test_packages.py",
@@ -88,9 +91,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @cache
 def built(name: str) -> tuple[Any, Forest, NativeBackend]:
-    if not RECIPES[name].available:  # an optional extra (CatBoost) that is not installed
-        pytest.skip(f"{RECIPES[name].framework} is not installed")
-    model = RECIPES[name].build()  # a search or a Pipeline as fitted: the user's object
+    if not ALL_RECIPES[name].available:  # an optional extra (CatBoost) that is not installed
+        pytest.skip(f"{ALL_RECIPES[name].framework} is not installed")
+    model = ALL_RECIPES[name].build()  # a search or a Pipeline as fitted: the user's object
     forest = import_model(model)
     return model, forest, NativeBackend(model_object(model), forest)
 

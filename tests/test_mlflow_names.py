@@ -58,12 +58,56 @@ def _fit(flavor: str, X: Any, y: np.ndarray) -> Any:
         forest = RandomForestClassifier(n_estimators=8, max_depth=5, random_state=0).fit(rows, y)
         model = skl2onnx.to_onnx(forest, rows[:1], options={"zipmap": False})
         return FRAMEWORKS["onnx"].named(model, list(X.columns)) if hasattr(X, "columns") else model
+    if flavor == "spark":
+        return _spark_fit(X, y)
     if flavor == "catboost":
         catboost = pytest.importorskip("catboost")
         return catboost.CatBoostClassifier(iterations=15, depth=3, verbose=False).fit(X, y)
     from sklearn.ensemble import RandomForestClassifier
 
     return RandomForestClassifier(n_estimators=8, max_depth=5, random_state=0).fit(X, y)
+
+
+def _spark_fit(X: Any, y: np.ndarray) -> Any:
+    """A Spark GBT classifier: after a VectorAssembler of the frame's columns in a
+    PipelineModel (its own names), or alone on a vector of unnamed columns."""
+    pytest.importorskip("pyspark")
+    import pyarrow as pa
+    from pyspark.ml import Pipeline
+    from pyspark.ml.classification import GBTClassifier
+    from pyspark.ml.feature import VectorAssembler
+
+    from scoring.spark import local_session
+
+    named = hasattr(X, "columns")
+    names = list(X.columns) if named else [f"_c{j}" for j in range(X.shape[1])]
+    rows = np.asarray(X, dtype=np.float64)
+    table = pa.table({**{n: rows[:, j] for j, n in enumerate(names)}, "label": y.astype(float)})
+    frame = local_session("local[1]").createDataFrame(table)
+    assembler = VectorAssembler(inputCols=names, outputCol="features")
+    gbt = GBTClassifier(maxIter=10, maxDepth=3, seed=0)
+    if named:
+        return Pipeline(stages=[assembler, gbt]).fit(frame)
+    return gbt.fit(assembler.transform(frame))
+
+
+def _spark_probability(model: Any, X: Any) -> np.ndarray:
+    """Spark's transform: the pipeline on named columns, the model alone on a vector."""
+    import pyarrow as pa
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+    from pyspark.sql import functions as F
+
+    from scoring.spark import local_session
+
+    spark = local_session("local[1]")
+    if hasattr(model, "stages"):
+        frame = spark.createDataFrame(pa.Table.from_pandas(X, preserve_index=False))
+    else:
+        rows = np.asarray(X, dtype=np.float64)
+        frame = spark.createDataFrame(pa.table({"x": [list(r) for r in rows]}))
+        frame = frame.select(array_to_vector(F.col("x")).alias("features"))
+    out = model.transform(frame).select(vector_to_array("probability").alias("p")).toPandas()
+    return np.stack(out["p"].to_numpy())[:, 1]
 
 
 def _save(flavor: str, model: Any, path: Path, signature: Any) -> None:
@@ -73,12 +117,16 @@ def _save(flavor: str, model: Any, path: Path, signature: Any) -> None:
         kwargs.update(serialization_format="skops", skops_trusted_types=["sklearn.tree._tree.Tree"])
     if module == "xgboost":
         kwargs["model_format"] = "json"
+    if module == "spark":
+        import mlflow.spark
     getattr(mlflow, module).save_model(model, str(path), **kwargs)
 
 
 def _probability(model: Any, X: Any) -> np.ndarray:
     import xgboost
 
+    if type(model).__module__.startswith("pyspark"):
+        return _spark_probability(model, X)
     if type(model).__module__.startswith("onnx"):  # ONNX Runtime on one thread
         import onnxruntime
 
@@ -97,6 +145,7 @@ def _probability(model: Any, X: Any) -> np.ndarray:
 
 FLAVORS = [
     "xgboost", "xgboost_booster", "lightgbm", "lightgbm_sklearn", "catboost", "sklearn", "onnx",
+    "spark",
 ]  # fmt: skip
 WAYS = ["signature", "own", "own_and_signature", "none"]
 
@@ -122,7 +171,9 @@ def test_reordered_columns_score_as_pyfunc(tmp_path: Path, flavor: str, way: str
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
     # MLflow's ONNX pyfunc builds a frame of the graph's outputs, which a classifier's
     # label [N] beside its probabilities [N, 2] cannot be: ONNX Runtime is the truth there.
-    if signature is not None and flavor != "onnx":
+    # Spark's pyfunc feeds the frame to the PipelineModel MLflow wraps the model in, which
+    # reads a vector column where the model has no assembler: transform is the truth.
+    if signature is not None and flavor not in ("onnx", "spark"):
         pyfunc = mlflow.pyfunc.load_model(str(tmp_path / "m")).predict(reordered)
         pyfunc = np.asarray(pyfunc, dtype=float).reshape(len(reordered), -1)
         labels = (expected > 0.5).astype(float) if pyfunc.max() <= 1 and set(

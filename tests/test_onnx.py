@@ -256,3 +256,47 @@ def test_a_damaged_file_is_one_line_naming_it(tmp_path: Path) -> None:
     (tmp_path / "m.onnx").write_bytes(b"x")
     with pytest.raises(ModelFileError, match=r"cannot read ONNX model file .*m\.onnx"):
         scoring.compile(tmp_path / "m.onnx")
+
+
+def test_per_column_inputs_name_the_features(tmp_path: Path) -> None:
+    """skl2onnx's ColumnTransformer: one [N, 1] input per column, joined by a Concat;
+    the inputs' names are the features', and a frame's columns are matched by them."""
+    import pandas as pd
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.pipeline import Pipeline
+
+    X, binary, _ = _data()
+    frame = pd.DataFrame(np.nan_to_num(X), columns=[f"c{j}" for j in range(FEATURES)])
+    columns = ColumnTransformer([("keep", "passthrough", list(frame.columns))])
+    fitted = Pipeline([("columns", columns), ("forest", RandomForestClassifier(
+        n_estimators=8, max_depth=6, random_state=0))]).fit(frame, binary)  # fmt: skip
+    typed = [(c, FloatTensorType([None, 1])) for c in frame.columns]
+    model = skl2onnx.convert_sklearn(fitted, initial_types=typed, options={"zipmap": False})
+    compiled = scoring.compile(model, backend="tensor", strategy="fused", device="cpu")
+    assert compiled.forest.feature_names == list(frame.columns)
+    rows = _hard_rows(model)  # at every threshold of its own trees
+    session = _session(model)
+    feed = {c: rows[:, [j]] for j, c in enumerate(frame.columns)}
+    labels, probabilities = session.run(None, feed)
+    reordered = pd.DataFrame(rows, columns=frame.columns)[frame.columns[::-1]]
+    np.testing.assert_allclose(compiled.predict_proba(reordered), probabilities, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(compiled.predict(reordered), labels)
+    registry = scoring.Registry(tmp_path / "reg")  # the gate: ONNX Runtime fed per column
+    assert registry.register("columns", model).verification["cpu"].passed
+
+
+def test_other_input_types_and_wiring_are_refused() -> None:
+    model = _exported("rf_reg")
+    double = onnx.ModelProto()
+    double.CopyFrom(model)
+    double.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    with pytest.raises(UnsupportedModelError, match="is a double tensor"):
+        scoring.compile(double)
+    extra = onnx.ModelProto()
+    extra.CopyFrom(model)
+    extra.graph.input.append(onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT,
+                                                                [None, 1]))  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="one-column inputs joined by one Concat"):
+        scoring.compile(extra)

@@ -33,8 +33,9 @@ from scoring._compiler.triton_walk import (
     walked_once,
 )
 from scoring.errors import CompileError
+from scoring.recipes import EXCHANGE_RECIPES
 
-from .conftest import RECIPES, built
+from .conftest import ALL_RECIPES, RECIPES, built
 from .triton_parity import THROUGH_COMPILE, run_interpreted
 
 pytest.importorskip("triton", reason="Triton is not installed")
@@ -54,6 +55,16 @@ def test_the_kernel_equals_walk_cpp_bit_for_bit(
         pytest.skip(f"{RECIPES[name].framework} is not installed")
     assert name in interpreted
     assert interpreted[name] == []
+
+
+@pytest.mark.timeout(1200)
+def test_exchange_formats_walk_as_walk_cpp_bit_for_bit() -> None:
+    """The same for the models read from ONNX-ML and Spark ML (float32 and float64
+    inputs, base values added last, averaged votes), each available one checked."""
+    names = [r.name for r in EXCHANGE_RECIPES]
+    found = run_interpreted(*names)
+    assert sorted(found) == sorted(n for n in names if ALL_RECIPES[n].available)
+    assert {n: d for n, d in found.items() if d} == {}
 
 
 @pytest.mark.timeout(1200)

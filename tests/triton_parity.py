@@ -27,7 +27,8 @@ from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
 
-from .conftest import RECIPES, built
+from .conftest import ALL_RECIPES as RECIPES
+from .conftest import built
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Recipes scored through ``scoring.compile(..., strategy="triton")``: every framework,

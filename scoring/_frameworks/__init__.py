@@ -21,7 +21,7 @@ import torch
 
 from .._ir import Forest
 from ..errors import ModelFileError, UnsupportedModelError, UntrustedModelError, translated
-from . import catboost, lightgbm, onnx, sklearn, xgboost  # noqa: F401  (the registration line)
+from . import catboost, lightgbm, onnx, sklearn, sparkml, xgboost  # noqa: F401  (registration)
 from ._mlflow import (
     MlflowModel,
     check_reachable,
@@ -68,8 +68,8 @@ def framework_of(model: Any) -> Framework:
             return framework
     raise UnsupportedModelError(
         f"{type(model).__module__}.{type(model).__name__} is not a supported model: expected "
-        "a fitted scikit-learn tree ensemble, an XGBoost, LightGBM or CatBoost model, or a "
-        "model file"
+        "a fitted scikit-learn tree ensemble, an XGBoost, LightGBM, CatBoost or Spark ML tree "
+        "model, an ONNX ModelProto, or a model file or saved Spark ML folder"
     )
 
 
@@ -85,12 +85,15 @@ def framework_named(name: str) -> Framework:
 
 
 def model_object(model: Any, *, trusted: bool = False) -> Any:
-    """The fitted model a caller hands in (an object, a model file or an MLflow model),
-    taken out of a search or a trivial Pipeline (:func:`._wrappers.fitted_model`)."""
+    """The fitted model a caller hands in (an object, a model file or folder, or an MLflow
+    model), taken out of a search or a trivial Pipeline (:func:`._wrappers.fitted_model`);
+    a fitted Spark ML model as its saved files hold it (:func:`.sparkml.adopt`)."""
     if is_mlflow_ref(model):
         model = load_mlflow_model(model, trusted=trusted).model
     elif isinstance(model, (str, os.PathLike)):
         model = load_model_file(model, trusted=trusted)
+    if sparkml.FRAMEWORK.recognises(model):
+        return sparkml.adopt(model)
     return fitted_model(model)
 
 
@@ -106,6 +109,8 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
     Pickle files (``.pkl``, ``.joblib``) are refused unless ``trusted=True``: unpickling
     runs arbitrary code.
     """
+    if sparkml.is_spark_folder(str(path)):  # a folder, on this machine or an object store
+        return sparkml.read_spark_folder(path)
     p = Path(path)
     if not p.is_file():
         raise ModelFileError(f"model file {str(p)!r} does not exist")

@@ -4,7 +4,8 @@ or a local MLflow model directory -> the framework's own model object.
 The MLmodel file names the flavor and the file inside; that file is read by the loader
 this package uses for the same format elsewhere (:func:`load_model_file`), so what an
 MLflow model may contain is exactly what a model file may: XGBoost's JSON/UBJSON,
-LightGBM's model text or skops, scikit-learn's skops, CatBoost's cbm/json.  A pickled
+LightGBM's model text or skops, scikit-learn's skops, CatBoost's cbm/json, an ONNX file,
+a Spark ML PipelineModel folder (the ``spark`` flavor, read without Spark).  A pickled
 flavor (``serialization_format`` pickle or cloudpickle) is refused unless trusted.  The
 flavor's own ``skops_trusted_types`` are not read: they are part of the file we check.
 
@@ -38,7 +39,7 @@ __all__ = [
 
 _SCHEMES = ("models:/", "runs:/", "mlflow-artifacts:/")
 #: Flavors in the order one is picked when an MLflow model has several.
-_TREE_FLAVORS = ("xgboost", "lightgbm", "catboost", "sklearn", "onnx")
+_TREE_FLAVORS = ("xgboost", "lightgbm", "catboost", "sklearn", "onnx", "spark")
 #: The XGBoost classes the xgboost flavor's ``model_class`` may name (anything else in
 #: that field is refused rather than imported).
 _XGBOOST_CLASSES = frozenset({
@@ -229,8 +230,8 @@ def _tree_flavor(flavors: dict[str, Any], ref: str) -> str:
             return flavor
     raise ModelFileError(
         f"MLflow model {ref!r} has no tree-model flavor (it has {', '.join(sorted(flavors))}); "
-        "log the model with mlflow.xgboost, mlflow.lightgbm, mlflow.catboost or "
-        "mlflow.sklearn.log_model"
+        "log the model with mlflow.xgboost, mlflow.lightgbm, mlflow.catboost, mlflow.sklearn, "
+        "mlflow.onnx or mlflow.spark.log_model"
     )
 
 
@@ -324,9 +325,31 @@ def _onnx(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: str
     return _load(_as_file(path, str(conf.get("data", "model.onnx")), tmp, ".onnx"), trusted=trusted)
 
 
+def _spark(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: str) -> Any:
+    """The flavor's saved PipelineModel folder, read from its files (no SparkSession)."""
+    from .sparkml import read_spark_folder
+
+    data = str(conf.get("model_data", "sparkml"))
+    folder = path / data
+    if (
+        "://" in data
+        or Path(data).is_absolute()
+        or not folder.resolve().is_relative_to(path.resolve())
+    ):
+        raise ModelFileError(
+            f"MLflow model {str(path)!r}: its MLmodel names the folder {data!r}, outside the "
+            "model's folder; an MLmodel names its files relative to its own folder"
+        )
+    if not folder.is_dir():
+        raise ModelFileError(
+            f"MLflow model folder {str(folder)!r} is missing: the model is damaged"
+        )
+    return read_spark_folder(folder)
+
+
 _LOADERS: dict[str, Loader] = {
     "xgboost": _xgboost, "lightgbm": _lightgbm, "catboost": _catboost, "sklearn": _sklearn,
-    "onnx": _onnx,
+    "onnx": _onnx, "spark": _spark,
 }  # fmt: skip
 
 

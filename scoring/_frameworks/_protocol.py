@@ -146,6 +146,9 @@ class Framework(ABC):
     suffixes: tuple[str, ...]
     #: Whether Hummingbird (the comparison backend) has converters for its models.
     hummingbird: bool = True
+    #: Whether the native predictor runs in this process, so that ``auto`` on CPU may
+    #: time it against the kernel (Spark's runs in a JVM: it is the reference only).
+    in_process: bool = True
 
     def recognises(self, model: Any) -> bool:
         return type(model).__module__.split(".")[0] == self.name

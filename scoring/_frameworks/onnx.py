@@ -4,16 +4,20 @@ or ``TreeEnsembleRegressor`` (as skl2onnx, onnxmltools and other exporters write
 What ONNX Runtime computes, made explicit in the IR:
 
 * The input is one float tensor ``[N, features]``, read as float32 (the operator's
-  input type); the features have no names of their own, so columns go by position.
+  input type), whose columns go by position (or by the names :meth:`Onnx.named` kept);
+  or one ``[N, 1]`` float input per column joined by a ``Concat`` on axis 1 (skl2onnx's
+  ``ColumnTransformer``), the inputs' names the features'.  Other input types are
+  refused by name.
 * Each node's mode decides its test: ``BRANCH_LEQ`` (``x <= v``) and ``BRANCH_LT``
   (``x < v``, the largest float32 below ``v``) send a true test left; ``BRANCH_GT`` and
   ``BRANCH_GTE`` the same tests with the branches swapped.  NaN fails every test and
   takes the false branch, or the true one where ``nodes_missing_value_tracks_true``
   says so.  ``BRANCH_EQ`` and ``BRANCH_NEQ`` are refused by name.
 * Leaves add their weights to the output they name (``class_ids`` / ``target_ids``),
-  in float32, one tree at a time in tree order, from ``base_values``: ONNX Runtime on
-  one thread.  On several it may add partial sums of the trees, which can differ in the
-  last bit (a vote of exactly one half then falls either way).  A regressor's
+  in float32, one tree at a time in tree order from zero, then (after ``AVERAGE``'s
+  division) ``base_values``: ONNX Runtime on one thread.  On several it may add
+  partial sums of the trees, which can differ in the last bit (a vote of exactly one
+  half then falls either way).  A regressor's
   ``AVERAGE`` divides by the tree count.  ``post_transform``: ``NONE``, ``LOGISTIC``
   (binary: the one score is the second class's, the first its complement) or
   ``SOFTMAX``; ``SOFTMAX_ZERO``, ``PROBIT``, ``MIN`` or ``MAX`` aggregation, and base
@@ -74,12 +78,15 @@ class _Ensemble:
 
 
 def _ensemble(model: Any) -> _Ensemble:
-    """The one tree ensemble of ``model``'s graph, its input the graph's only input."""
+    """The one tree ensemble of ``model``'s graph, reading the graph's one input, or its
+    per-column inputs joined by one ``Concat`` (:func:`_columns`)."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
     ensembles = [n for n in graph.node if n.domain == _DOMAIN and n.op_type in _ENSEMBLES]
-    others = [n for n in graph.node if n not in ensembles and n.op_type not in _AROUND]
+    joins = [n for n in graph.node if n.op_type == "Concat" and not n.domain]
+    allowed = [*ensembles, *joins[:1]]
+    others = [n for n in graph.node if n not in allowed and n.op_type not in _AROUND]
     if len(ensembles) != 1 or others:
         found = sorted({f"{n.domain or 'ai.onnx'}.{n.op_type}" for n in (others or graph.node)})
         raise UnsupportedModelError(
@@ -88,12 +95,7 @@ def _ensemble(model: Any) -> _Ensemble:
             f"{', '.join(found)}: export the tree model alone"
         )
     node = ensembles[0]
-    inputs = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
-    if list(node.input) != inputs[:1] or len(inputs) != 1:
-        raise UnsupportedModelError(
-            f"ONNX graph {graph.name!r}: the tree ensemble must read the graph's one input "
-            f"tensor directly (it reads {list(node.input)}; the graph's inputs are {inputs})"
-        )
+    _columns(model, node, joins[0] if joins else None)  # refuses any other wiring
     attrs = {}
     for a in node.attribute:
         value = helper.get_attribute_value(a)
@@ -101,15 +103,62 @@ def _ensemble(model: Any) -> _Ensemble:
     return _Ensemble(node.op_type, attrs)
 
 
+def _inputs(model: Any) -> list[Any]:
+    initializers = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def _columns(model: Any, node: Any, join: Any) -> list[str] | None:
+    """The graph's inputs as the ensemble reads them: None for one float tensor of every
+    feature; for per-column inputs (``[N, 1]`` each) joined by a ``Concat`` on axis 1
+    (skl2onnx's ColumnTransformer), their names in the order joined: the features'."""
+    from onnx import TensorProto, helper
+
+    graph, inputs = model.graph, _inputs(model)
+    for i in inputs:
+        if i.type.tensor_type.elem_type != TensorProto.FLOAT:
+            kind = TensorProto.DataType.Name(i.type.tensor_type.elem_type).lower()
+            raise UnsupportedModelError(
+                f"ONNX graph {graph.name!r}: input {i.name!r} is a {kind} tensor; the trees "
+                "are read from float tensors (export with FloatTensorType)"
+            )
+    names = [i.name for i in inputs]
+    if join is None and list(node.input) == names[:1] and len(names) == 1:
+        return None
+    axis = (
+        {a.name: helper.get_attribute_value(a) for a in join.attribute}.get("axis")
+        if join
+        else None
+    )
+    widths = [[d.dim_value for d in i.type.tensor_type.shape.dim][1:] for i in inputs]
+    if (join is None or list(node.input) != list(join.output) or axis not in (1, -1)
+            or sorted(join.input) != sorted(names) or any(w != [1] for w in widths)):  # fmt: skip
+        raise UnsupportedModelError(
+            f"ONNX graph {graph.name!r}: the tree ensemble must read the graph's one input "
+            f"tensor, or its one-column inputs joined by one Concat on axis 1 (it reads "
+            f"{list(node.input)}; the graph's inputs are {names})"
+        )
+    return list(join.input)
+
+
 def _n_features(model: Any, ensemble: _Ensemble) -> int:
-    shape = model.graph.input[0].type.tensor_type.shape.dim
+    inputs = _inputs(model)
+    if len(inputs) > 1:  # one column each
+        return len(inputs)
+    shape = inputs[0].type.tensor_type.shape.dim
     if len(shape) == 2 and shape[1].dim_value > 0:
         return int(shape[1].dim_value)
     return int(max(ensemble.get("nodes_featureids"), default=-1)) + 1
 
 
 def _feature_names(model: Any, n_features: int) -> list[str] | None:
-    """The names :meth:`Onnx.named` kept in the model's metadata, if any."""
+    """The per-column inputs' names, or the names :meth:`Onnx.named` kept in the model's
+    metadata, if any."""
+    node = next(n for n in model.graph.node if n.domain == _DOMAIN and n.op_type in _ENSEMBLES)
+    joins = [n for n in model.graph.node if n.op_type == "Concat" and not n.domain]
+    columns = _columns(model, node, joins[0] if joins else None)
+    if columns is not None:
+        return columns
     kept = {p.key: p.value for p in model.metadata_props}
     if _NAMES not in kept:
         return None
@@ -172,6 +221,7 @@ def import_onnx(model: Any) -> Forest:
         feature_names=_feature_names(model, n_features),
         n_outputs=n_out,
         base_score=base.reshape(n_out),
+        base_last=True,  # ONNX Runtime adds the trees from zero, then the base values
         post_transform=_POST[post],  # type: ignore[arg-type]
         average=aggregate == "AVERAGE",
         classes=None if classes is None else np.asarray(classes),
@@ -256,7 +306,12 @@ class OnnxNative(NativeModel):
     def _run(self, X: Any, *, raw: bool) -> list[Any]:
         session = self._session(raw)
         rows = np.asarray(X, dtype=np.float32).reshape(-1, self.forest.n_features)
-        feed = {session.get_inputs()[0].name: rows}
+        names = [i.name for i in session.get_inputs()]
+        if len(names) == 1:
+            feed = {names[0]: rows}
+        else:  # one column per input, in the features' order (the Concat's)
+            order = self.forest.feature_names or names
+            feed = {name: rows[:, [j]] for j, name in enumerate(order)}
         return list(self.asked(lambda: session.run(None, feed)))
 
     def _scores(self, X: Any, *, raw: bool) -> np.ndarray:
@@ -266,7 +321,12 @@ class OnnxNative(NativeModel):
         if isinstance(scores, list):  # ZipMap's list of {label: probability}
             labels = list(self.forest.classes) if self.forest.classes is not None else []
             scores = np.array([[row[c] for c in labels] for row in scores], dtype=np.float32)
-        return np.asarray(scores).reshape(len(np.asarray(outputs[0])), -1)
+        scores = np.asarray(scores)
+        if scores.ndim == 2:
+            return scores
+        classes = self.forest.classes  # an empty ZipMap list: the width is the model's
+        width = len(classes) if classes is not None else self.forest.n_outputs
+        return scores.reshape(-1, width)
 
     def predict(self, X: Any) -> np.ndarray:
         if self.forest.task == "regression":

@@ -23,6 +23,7 @@ from .._backends.tensor import TensorBackend
 from .._bundle import Bundle
 from .._compiler import fused_pays
 from .._compiler.group import combinable, combine, semantics, shared_key
+from .._frameworks import framework_named
 from .._inputs import Matrix
 from .._model import (
     CompiledModel,
@@ -185,7 +186,9 @@ def compile_set(
         if i in grouped:  # its group scores it: a stand-in that compiles nothing
             cm = CompiledModel(forest=forest, implementation=NativeBackend(model, forest))
         else:
-            cm = compile_imported(model, forest, backend=alone, device=dev, strategy=strategy,
+            # A predictor outside this process (Spark's JVM) never scores: the kernel does.
+            own = alone if alone != "native" or _in_process(forest) else "auto"
+            cm = compile_imported(model, forest, backend=own, device=dev, strategy=strategy,
                                   verify=verify)  # fmt: skip
         cm.origin = bundle_origin(bundles.bundles[i])
         models.append(cm)
@@ -241,6 +244,9 @@ def _faster_on_cpu(
     (:func:`medians_in_alternation`); both medians kept."""
     kept, timings = [], {}
     for n, group in enumerate(groups):
+        if not all(_in_process(restored[i][1]) for i in group.members):
+            kept.append(group)  # a member's predictor is not in this process: not a choice
+            continue
         rows = [_probe(restored[i][1]) for i in group.members]
         union = group.union(rows)
         natives = [NativeBackend(*restored[i]) for i in group.members]
@@ -251,6 +257,10 @@ def _faster_on_cpu(
         if combined <= apart:
             kept.append(group)
     return kept, timings
+
+
+def _in_process(forest: Any) -> bool:
+    return framework_named(forest.framework).in_process
 
 
 def _in_turn(natives: list[NativeBackend], rows: list[np.ndarray]) -> None:

@@ -54,11 +54,14 @@ def register(
     model: str = typer.Argument(
         ...,
         metavar="MODEL",
-        help="model file (.json/.ubj, .txt, .skops, .cbm, .onnx; or a pickle), or an MLflow model: "
+        help="model file (.json/.ubj, .txt, .skops, .cbm, .onnx; or a pickle), a saved Spark ML "
+        "model or PipelineModel folder (a path or an object-store URL), or an MLflow model: "
         "models:/NAME@ALIAS, models:/NAME/VERSION, runs:/RUN_ID/PATH or its directory",
     ),
     name: str | None = typer.Option(
-        None, "--name", help="model name (default: the MLflow model's name, or the file's stem)"
+        None,
+        "--name",
+        help="model name (default: the MLflow model's name, or the file's or folder's stem)",
     ),
     sample: Path | None = typer.Option(
         None, help="Parquet file of sample rows: verified on, and profiled as the drift reference"
