@@ -4,7 +4,7 @@ the changes that make a registry match them (``scoring models apply``).
 ::
 
     name = "churn"
-    source = "../examples/models/churn.ubj"   # a model file, or models:/churn@champion
+    source = "../examples/models/churn.ubj"   # a model file or Spark ML folder, or models:/...
     sample = "../examples/models/churn-sample.parquet"  # verified on; the drift reference
     aliases = ["production"]
     tags = { team = "growth" }
@@ -61,7 +61,9 @@ class Version(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    source: str  # a model file (relative to the file) or an MLflow reference
+    #: A model file or saved Spark ML folder (relative to the file, or an object-store
+    #: URL), or an MLflow reference.
+    source: str
     sample: str | None = None  # Parquet rows to verify on (relative to the file)
     aliases: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
@@ -272,7 +274,7 @@ def _canonical(entry: Declared, version: Version) -> str:
     source: Any = version.source
     if is_mlflow_ref(source):
         source = load_mlflow_model(source, trusted=version.trusted).model
-    elif not Path(source).exists():
+    elif "://" not in source and not Path(source).exists():  # a URL: its reader says
         raise ConfigError(f"{entry.file}: model source {version.source!r} does not exist")
     model = model_object(source, trusted=version.trusted)
     import_model(model)  # an unsupported model is refused before anything is stored
@@ -297,4 +299,4 @@ def _aliases(registry: Registry, name: str) -> dict[str, int]:
 
 
 def _short(source: str) -> str:
-    return source if is_mlflow_ref(source) else os.path.relpath(source)
+    return source if is_mlflow_ref(source) or "://" in source else os.path.relpath(source)

@@ -64,6 +64,16 @@ def pytest_configure(config: pytest.Config) -> None:
         subprocess.run([str(ray), "get-auth-token", "--generate"], capture_output=True)
 
 
+@contextlib.contextmanager
+def as_a_script() -> Iterator[None]:
+    """A block that imports ``pyspark.sql.connect`` (``mlflow.spark.save_model`` does):
+    pyspark takes a ``__main__`` without ``__file__`` (pytest-xdist's workers) for a
+    doctest run and exits the process; ``sys.ps1`` tells it otherwise."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "ps1", "", raising=False)
+        yield
+
+
 #: The slowest test files, the slowest first (from make test's durations; two processes,
 #: a quiet 2-core machine).  make test hands out whole files in collection order
 #: (``--dist loadfile --no-loadscope-reorder``): the long ones start first, so that the

@@ -9,6 +9,7 @@ Local MLflow model directories: no tracking server needed.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,12 @@ def _save(flavor: str, model: Any, path: Path, signature: Any) -> None:
         kwargs.update(serialization_format="skops", skops_trusted_types=["sklearn.tree._tree.Tree"])
     if module == "xgboost":
         kwargs["model_format"] = "json"
-    if module == "spark":
-        import mlflow.spark
+    if module == "spark":  # mlflow.spark is not imported with mlflow
+        from .conftest import as_a_script
+
+        with as_a_script():
+            importlib.import_module("mlflow.spark").save_model(model, str(path), **kwargs)
+        return
     getattr(mlflow, module).save_model(model, str(path), **kwargs)
 
 

@@ -20,6 +20,8 @@ import pytest
 import scoring
 from scoring.errors import ModelFileError, UnsupportedModelError
 
+from .conftest import as_a_script
+
 pyspark = pytest.importorskip("pyspark")
 if shutil.which("java") is None:
     pytest.skip("Spark needs a Java runtime", allow_module_level=True)
@@ -260,7 +262,8 @@ def test_mlflow_spark_flavor(spark: Any, fitted: dict[Any, Any], tmp_path: Path)
     spark_flavor = pytest.importorskip("mlflow.spark")
 
     model = fitted["RandomForestClassifier", False, 3]
-    spark_flavor.save_model(model, str(tmp_path / "m"))  # wrapped in a PipelineModel
+    with as_a_script():
+        spark_flavor.save_model(model, str(tmp_path / "m"))  # wrapped in a PipelineModel
     rows = _hard_rows(model, tmp_path)
     _check(scoring.compile(str(tmp_path / "m")), _transform(spark, model, rows), rows, "mlflow")
 
@@ -338,3 +341,55 @@ def test_the_sql_function_scores_a_registered_spark_model_as_transform(
     np.testing.assert_allclose(np.stack(got["p"].to_numpy()), want["probability"], rtol=0,
                                atol=1e-6)  # fmt: skip
     np.testing.assert_array_equal(got["label"].to_numpy(), want["prediction"])
+
+
+def test_models_apply_takes_saved_folders_and_a_resave_changes_nothing(
+    fitted: dict[Any, Any], tmp_path: Path, s3_bucket: str
+) -> None:
+    """A models/ folder naming a saved PipelineModel on disk and one on an S3 API; saving
+    the same model again (new timestamps, new part-file names) is the same model."""
+    import fsspec
+    from typer.testing import CliRunner
+
+    from scoring.cli import app
+
+    local, remote = fitted["GBTClassifier", True, 2], fitted["DecisionTreeClassifier", False, 3]
+    local.write().save(str(tmp_path / "files" / "churn"))
+    remote.write().save(str(tmp_path / "upload"))
+    fsspec.filesystem("s3").put(str(tmp_path / "upload"), f"{s3_bucket}/tiers", recursive=True)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "churn.toml").write_text(
+        'name = "churn"\nsource = "../files/churn"\naliases = ["production"]\n'
+    )
+    (models / "tiers.toml").write_text(f'name = "tiers"\nsource = "{s3_bucket}/tiers"\n')
+
+    def apply() -> list[str]:
+        said = CliRunner().invoke(app, ["models", "apply", str(models), "--registry",
+                                        str(tmp_path / "registry")])  # fmt: skip
+        assert said.exit_code == 0, said.output
+        return said.stdout.strip().splitlines()
+
+    made = apply()
+    assert len(made) == 3, made
+    assert made[0].startswith("churn: register ") and "files/churn (sha256 " in made[0]
+    assert made[1] == "churn: alias production -> version 1"
+    assert made[2].startswith(f"tiers: register {s3_bucket}/tiers (sha256 "), made
+    shutil.rmtree(tmp_path / "files" / "churn")
+    local.write().save(str(tmp_path / "files" / "churn"))  # saved again: the same model
+    assert apply() == []
+    registry = scoring.Registry(tmp_path / "registry")
+    assert registry.get("churn@production").verified and registry.get("tiers").verified
+
+
+def test_a_damaged_table_or_a_missing_url_is_one_line(
+    fitted: dict[Any, Any], tmp_path: Path, s3_bucket: str
+) -> None:
+    model = fitted["GBTRegressor", False, 2]
+    model.write().save(str(tmp_path / "m"))
+    for part in (tmp_path / "m" / "data").glob("part-*.parquet"):
+        part.write_bytes(b"not parquet")
+    with pytest.raises(ModelFileError, match=r"cannot read Spark ML folder .*m'"):
+        scoring.compile(str(tmp_path / "m"))
+    with pytest.raises(ModelFileError, match="is not a saved Spark ML folder"):
+        scoring.compile(f"{s3_bucket}/nothing-here")

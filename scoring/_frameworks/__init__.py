@@ -111,6 +111,11 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
     """
     if sparkml.is_spark_folder(str(path)):  # a folder, on this machine or an object store
         return sparkml.read_spark_folder(path)
+    if "://" in str(path):
+        raise ModelFileError(
+            f"model {str(path)!r} is not a saved Spark ML folder: model files are read from "
+            "this machine (download it), saved Spark ML folders from object stores too"
+        )
     p = Path(path)
     if not p.is_file():
         raise ModelFileError(f"model file {str(p)!r} does not exist")

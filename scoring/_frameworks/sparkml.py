@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from .._ir import Forest, Tree
-from ..errors import DependencyError, ModelFileError, UnsupportedModelError
+from ..errors import DependencyError, ModelFileError, UnsupportedModelError, cause_line
 from ._common import numeric_tree
 from ._protocol import Framework, NativeModel, register
 
@@ -96,22 +97,38 @@ class SparkTrees:
 
 
 def is_spark_folder(url: str) -> bool:
-    """Whether ``url`` is a folder Spark ML saved (it holds ``metadata/``)."""
-    fs, path = _fs(url)
-    with contextlib.suppress(OSError):
+    """Whether ``url`` is a folder Spark ML saved (it holds ``metadata/``): a path on this
+    machine by its files, an object-store URL by a listing."""
+    if "://" not in url:
+        return (Path(url) / "metadata").is_dir()
+    with _reading(f"model folder {url!r}"):
+        fs, path = _fs(url)
         return bool(fs.isdir(f"{path}/metadata"))
-    return False
 
 
 def read_spark_folder(url: str | os.PathLike[str]) -> SparkTrees:
     """The tree model saved at ``url`` (a model folder or a PipelineModel's)."""
     url = str(url).rstrip("/")
-    fs, path = _fs(url)
-    metadata = _metadata(fs, path, url)
-    kind = str(metadata.get("class", "")).removeprefix(_PACKAGE)
-    if kind == _PIPELINE:
-        return _pipeline(fs, path, url, metadata)
-    return _model(fs, path, url, metadata)
+    with _reading(f"Spark ML folder {url!r}"):
+        fs, path = _fs(url)
+        metadata = _metadata(fs, path, url)
+        kind = str(metadata.get("class", "")).removeprefix(_PACKAGE)
+        if kind == _PIPELINE:
+            return _pipeline(fs, path, url, metadata)
+        return _model(fs, path, url, metadata)
+
+
+@contextlib.contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """A store's or a file's failure (fsspec's OSError, pyarrow's) as one line naming
+    the model's folder."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise ModelFileError(
+            f"cannot read {what}: {cause_line(exc, first_line=True)}; check that it and its "
+            "storage can be read from here"
+        ) from exc
 
 
 def _fs(url: str) -> tuple[Any, str]:
