@@ -31,12 +31,15 @@ COLUMNS = ["a", "b", "c", "d"]
 STRATEGIES = ("fused", "gemm", "tree_traversal", "compiled")
 KINDS = [f"{m}{t}" for m in ("DecisionTree", "RandomForest", "GBT")
          for t in ("Classifier", "Regressor")]  # fmt: skip
+#: Every class alone (the classifiers of trees and forests with two classes and three),
+#: and four in a PipelineModel after a VectorAssembler (the same trees, named columns).
 MODELS = [
-    (k, p, n)
+    (k, False, n)
     for k in KINDS
-    for p in (False, True)
     for n in ((2, 3) if k.endswith("Classifier") and not k.startswith("GBT") else (2,))
 ]
+MODELS += [("GBTClassifier", True, 2), ("RandomForestClassifier", True, 3),
+           ("GBTRegressor", True, 2), ("RandomForestRegressor", True, 2)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ the node tables (Arrow IPC, sorted by tree and node).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -50,7 +51,7 @@ from ._protocol import Framework, NativeModel, register
 __all__ = ["FRAMEWORK", "SparkTrees", "import_spark", "read_spark_folder"]
 
 _PACKAGE = "org.apache.spark.ml."
-#: Spark ML class -> (module in pyspark.ml, task kind, ensemble kind).
+#: Spark ML class -> (its module in pyspark.ml, what kind of ensemble it is).
 _MODELS = {
     "DecisionTreeClassificationModel": ("classification", "tree"),
     "RandomForestClassificationModel": ("classification", "forest"),
@@ -426,6 +427,9 @@ class SparkNative(NativeModel):
     def __init__(self, model: Any, forest: Forest):
         super().__init__(adopt(model), forest)
         self._loaded: Any = None
+        #: The last rows asked and Spark's answer: parity asks for the probabilities, the
+        #: labels, the margins and the leaves of the same rows, one Spark job serves all.
+        self._last: tuple[bytes, dict[str, np.ndarray]] | None = None
 
     def _spark_model(self) -> Any:
         if self._loaded is None:
@@ -440,11 +444,17 @@ class SparkNative(NativeModel):
         return self._loaded
 
     def _transform(self, X: Any) -> dict[str, np.ndarray]:
-        """prediction, probability and rawPrediction for the rows of ``X``."""
+        """prediction, probability, rawPrediction and leaves for the rows of ``X``."""
+        rows = np.asarray(_numeric(X), dtype=np.float64).reshape(-1, self.forest.n_features)
+        key = hashlib.sha256(np.ascontiguousarray(rows).tobytes()).digest()  # rows x features
+        if self._last is None or self._last[0] != key:
+            self._last = (key, self._transformed(rows))
+        return self._last[1]
+
+    def _transformed(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         from pyspark.ml.functions import array_to_vector, vector_to_array
         from pyspark.sql import functions as F
 
-        rows = np.asarray(_numeric(X), dtype=np.float64).reshape(-1, self.forest.n_features)
         if not len(rows):  # Spark's answer to no rows: no rows, each column its width
             width = len(self.forest.classes) if self.forest.classes is not None else 1
             return {
