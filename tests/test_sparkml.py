@@ -396,3 +396,20 @@ def test_a_damaged_table_or_a_missing_url_is_one_line(
         scoring.compile(str(tmp_path / "m"))
     with pytest.raises(ModelFileError, match="is not a saved Spark ML folder"):
         scoring.compile(f"{s3_bucket}/nothing-here")
+
+
+def test_a_set_of_models_on_cpu_never_scores_through_spark(fitted: dict[Any, Any]) -> None:
+    """Where a set of models on CPU lets each member's native predictor score (or race
+    a combined forest), a Spark ML member is scored by the kernel: its predictor is a
+    JVM's transform, the reference only."""
+    from scoring._engines.base import bundle_set
+    from scoring._modelset import compile_set
+
+    members = [{"model": fitted["GBTRegressor", False, 2], "prefix": "eta"},
+               {"model": fitted["DecisionTreeRegressor", False, 2], "prefix": "tree"}]  # fmt: skip
+    compiled = compile_set(bundle_set(members), backend="auto", device="cpu")
+    assert [compiled.backend_of(i) for i in range(2)] == ["tensor", "tensor"]
+    rows = np.random.default_rng(8).normal(size=(64, len(COLUMNS)))
+    for i, member in enumerate(members):
+        want = scoring.compile(member["model"]).predict(rows)
+        np.testing.assert_array_equal(compiled.models[i].predict(rows), want)
