@@ -68,7 +68,7 @@ LEFT_OUT = {
     "catalog through the environment, as the next block does (test_iceberg_example)",
     "from pyiceberg.catalog import load_catalog": "run by test_iceberg.py's test of the "
     "page's job file, on the table that job writes",
-    "registry.register(\"churn\", pipeline_model)": "a Spark ML pipeline fitted in a "
+    'registry.register("churn", pipeline_model)': "a Spark ML pipeline fitted in a "
     "session: test_sparkml.py registers such models (objects, folders, s3://) and scores "
     "them through the SQL function",
     "make image": "podman: `make image` was run and its result recorded "
