@@ -17,13 +17,10 @@ device) the tasks chose is recorded.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import sys
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -36,6 +33,7 @@ from .._drift import Counts, merge
 from .._formats.publication import engine_dir
 from .._modelset import Scoring, load_payload, scorer_for
 from .._progress import RunProgress
+from .._spark_session import local_session
 from .._where import RowFilter
 from ..errors import DependencyError, InputError, translated
 from .base import (
@@ -47,7 +45,7 @@ from .base import (
 )
 from .placement import placement_only, scoring_device, worker_label
 from .plan import ScoreSpec
-from .spark_errors import quiet_task_failures, worker_errors
+from .spark_errors import worker_errors
 
 __all__ = [
     "ARROW_BATCH_ROWS",
@@ -70,31 +68,6 @@ ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
 #: Rows per Arrow batch handed to the Python workers when the user has not chosen:
 #: Spark's 10,000 leaves a GPU idle between batches and costs per-call overhead on CPU.
 ARROW_BATCH_ROWS = {"cpu": 131_072, "gpu": 1_048_576}
-
-
-def local_session(
-    master: str = "local[*]", *, app_name: str = "scoring", conf: Mapping[str, str] | None = None
-) -> Any:
-    """A Spark session (the active one if there is one) whose Python workers run this
-    interpreter, so they import the same scoring, torch and model libraries."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        raise DependencyError(
-            "Spark needs a Java runtime (17 or 21) and none was found: install one "
-            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-        )
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {"spark.ui.showConsoleProgress": "false", **(conf or {})}.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    quiet_task_failures(session)
-    return session
 
 
 def tune_session(spark: Any) -> str:

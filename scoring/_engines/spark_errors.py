@@ -4,8 +4,9 @@ A worker's error reaches the driver wrapped twice: Spark logs the failed task wi
 Java stack (dozens of lines on stderr, once per attempt), then raises a
 ``PythonException`` (or a ``Py4JJavaError``) whose text holds the worker's traceback,
 the product's error on its last line.  Sessions this package starts log failed tasks
-only under ``--debug`` (``SCORING_DEBUG=1``); :func:`worker_errors` raises the error the
-worker raised, with its own message, so the command prints its one line.
+only under ``--debug`` (``SCORING_DEBUG=1``; :mod:`scoring._spark_session`);
+:func:`worker_errors` raises the error the worker raised, with its own message, so the
+command prints its one line.
 """
 
 from __future__ import annotations
@@ -13,34 +14,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from .. import errors
 from ..errors import debugging
 
-__all__ = ["quiet_task_failures", "raised_in_worker", "worker_errors"]
+__all__ = ["raised_in_worker", "worker_errors"]
 
-#: Spark's loggers that print a failed task's Java stack: the executor, the scheduler,
-#: the file writer aborting its job and the task it ran ("Aborting task").
-TASK_LOGGERS = (
-    "org.apache.spark.executor.Executor",
-    "org.apache.spark.scheduler.TaskSetManager",
-    "org.apache.spark.scheduler.TaskSchedulerImpl",
-    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
-    "org.apache.spark.util.Utils",
-)
 _OURS = re.compile(r"^scoring\.errors\.([A-Za-z]+Error): (.+)$", flags=re.M)
-
-
-def quiet_task_failures(spark: Any) -> None:
-    """Keep a failed task's Java stack out of stderr (the error itself still reaches the
-    driver) unless debugging; only for sessions this package starts."""
-    if debugging():
-        return
-    jvm = spark.sparkContext._jvm
-    level = jvm.org.apache.logging.log4j.Level.OFF
-    for name in TASK_LOGGERS:
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 def raised_in_worker(exc: BaseException) -> errors.ScoringError | None:

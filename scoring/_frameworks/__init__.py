@@ -86,15 +86,16 @@ def framework_named(name: str) -> Framework:
 
 def model_object(model: Any, *, trusted: bool = False) -> Any:
     """The fitted model a caller hands in (an object, a model file or folder, or an MLflow
-    model), taken out of a search or a trivial Pipeline (:func:`._wrappers.fitted_model`);
-    a fitted Spark ML model as its saved files hold it (:func:`.sparkml.adopt`)."""
+    model), taken out of a search or a trivial Pipeline (:func:`._wrappers.fitted_model`),
+    as its framework keeps it (:meth:`Framework.adopt`: a fitted Spark ML model as its
+    saved files hold it)."""
     if is_mlflow_ref(model):
         model = load_mlflow_model(model, trusted=trusted).model
     elif isinstance(model, (str, os.PathLike)):
         model = load_model_file(model, trusted=trusted)
-    if sparkml.FRAMEWORK.recognises(model):
-        return sparkml.adopt(model)
-    return fitted_model(model)
+    model = fitted_model(model)
+    known = next((f for f in FRAMEWORKS.values() if f.recognises(model)), None)
+    return model if known is None else known.adopt(model)
 
 
 def import_model(model: Any, *, trusted: bool = False) -> Forest:
@@ -109,8 +110,9 @@ def load_model_file(path: str | os.PathLike[str], *, trusted: bool = False) -> A
     Pickle files (``.pkl``, ``.joblib``) are refused unless ``trusted=True``: unpickling
     runs arbitrary code.
     """
-    if sparkml.is_spark_folder(str(path)):  # a folder, on this machine or an object store
-        return sparkml.read_spark_folder(path)
+    folders = [f for f in FRAMEWORKS.values() if f.reads_folder(str(path))]
+    if folders:  # a saved model folder, on this machine or an object store
+        return folders[0].load_folder(str(path))
     if "://" in str(path):
         raise ModelFileError(
             f"model {str(path)!r} is not a saved Spark ML folder: model files are read from "

@@ -242,20 +242,26 @@ Loader = Callable[..., Any]
 
 def _as_file(path: Path, data: str, tmp: str, suffix: str) -> Path:
     """The flavor's data file under a name whose suffix picks our loader for it: a file
-    inside the model's own folder, whatever the MLmodel says (an absolute path, ``..``,
-    a URL or a link leading out of it is refused)."""
-    src = path / data
-    inside = src.resolve().is_relative_to(path.resolve())
-    if "://" in data or Path(data).is_absolute() or not inside:
-        raise ModelFileError(
-            f"MLflow model {str(path)!r}: its MLmodel names the file {data!r}, outside the "
-            "model's folder; an MLmodel names its files relative to its own folder"
-        )
+    inside the model's own folder (:func:`_inside`)."""
+    src = _inside(path, data, "file")
     if not src.is_file():
         raise ModelFileError(f"MLflow model file {str(src)!r} is missing: the model is damaged")
     dst = Path(tmp) / f"model{suffix}"
     shutil.copyfile(src, dst)
     return dst
+
+
+def _inside(path: Path, data: str, what: str) -> Path:
+    """``path / data``, inside the model's own folder whatever the MLmodel says (an
+    absolute path, ``..``, a URL or a link leading out of it is refused)."""
+    src = path / data
+    inside = src.resolve().is_relative_to(path.resolve())
+    if "://" in data or Path(data).is_absolute() or not inside:
+        raise ModelFileError(
+            f"MLflow model {str(path)!r}: its MLmodel names the {what} {data!r}, outside the "
+            "model's folder; an MLmodel names its files relative to its own folder"
+        )
+    return src
 
 
 def _pickled(conf: dict[str, Any], ref: str, *, trusted: bool) -> None:
@@ -327,24 +333,12 @@ def _onnx(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: str
 
 def _spark(path: Path, conf: dict[str, Any], tmp: str, *, trusted: bool, ref: str) -> Any:
     """The flavor's saved PipelineModel folder, read from its files (no SparkSession)."""
-    from .sparkml import read_spark_folder
-
-    data = str(conf.get("model_data", "sparkml"))
-    folder = path / data
-    if (
-        "://" in data
-        or Path(data).is_absolute()
-        or not folder.resolve().is_relative_to(path.resolve())
-    ):
-        raise ModelFileError(
-            f"MLflow model {str(path)!r}: its MLmodel names the folder {data!r}, outside the "
-            "model's folder; an MLmodel names its files relative to its own folder"
-        )
+    folder = _inside(path, str(conf.get("model_data", "sparkml")), "folder")
     if not folder.is_dir():
         raise ModelFileError(
             f"MLflow model folder {str(folder)!r} is missing: the model is damaged"
         )
-    return read_spark_folder(folder)
+    return _load(folder, trusted=trusted)
 
 
 _LOADERS: dict[str, Loader] = {

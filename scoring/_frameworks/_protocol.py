@@ -162,6 +162,20 @@ class Framework(ABC):
     def load_file(self, path: Path, *, trusted: bool) -> Any:
         """A model object from a file with one of :attr:`suffixes`."""
 
+    def reads_folder(self, url: str) -> bool:
+        """Whether ``url`` (a path or an object-store URL) is a model folder of this
+        framework's (Spark ML saves a model as a folder)."""
+        return False
+
+    def load_folder(self, url: str) -> Any:
+        """The model object saved in a folder :meth:`reads_folder` claims."""
+        raise NotImplementedError(f"{self.name} models are not saved as folders")
+
+    def adopt(self, model: Any) -> Any:
+        """A recognised model object as this framework keeps it (Spark ML: a fitted
+        model's saved files, read back); most keep the object as it is."""
+        return model
+
     @abstractmethod
     def to_forest(self, model: Any) -> Forest:
         """The fitted model in the Forest IR (refusing what cannot be compiled)."""

@@ -17,11 +17,11 @@ What ONNX Runtime computes, made explicit in the IR:
   in float32, one tree at a time in tree order from zero, then (after ``AVERAGE``'s
   division) ``base_values``: ONNX Runtime on one thread.  On several it may add
   partial sums of the trees, which can differ in the last bit (a vote of exactly one
-  half then falls either way).  A regressor's
-  ``AVERAGE`` divides by the tree count.  ``post_transform``: ``NONE``, ``LOGISTIC``
-  (binary: the one score is the second class's, the first its complement) or
-  ``SOFTMAX``; ``SOFTMAX_ZERO``, ``PROBIT``, ``MIN`` or ``MAX`` aggregation, and base
-  values other than one per score are refused by name.
+  half then falls either way).  A regressor's ``AVERAGE`` divides by the tree count.
+  ``post_transform``: ``NONE``, ``LOGISTIC`` (binary: the one score is the second
+  class's, the first its complement) or ``SOFTMAX``; ``SOFTMAX_ZERO``, ``PROBIT``,
+  ``MIN`` or ``MAX`` aggregation, and base values other than one per score are refused
+  by name.
 * The graph may carry what exporters put after the ensemble (``ZipMap``, ``Cast``,
   ``Identity`` of its outputs); any other operator is refused by name.
 
@@ -58,10 +58,12 @@ _NAMES = "feature_names"
 
 @dataclass(frozen=True)
 class _Ensemble:
-    """The ensemble node's attributes, by name, and what kind it is."""
+    """The ensemble node's attributes, by name, what kind it is, and the graph's
+    per-column inputs it reads (None: one tensor of every feature)."""
 
     kind: str
     attrs: dict[str, Any]
+    columns: list[str] | None = None
 
     @property
     def classifier(self) -> bool:
@@ -95,12 +97,12 @@ def _ensemble(model: Any) -> _Ensemble:
             f"{', '.join(found)}: export the tree model alone"
         )
     node = ensembles[0]
-    _columns(model, node, joins[0] if joins else None)  # refuses any other wiring
+    columns = _columns(model, node, joins[0] if joins else None)  # refuses other wiring
     attrs = {}
     for a in node.attribute:
         value = helper.get_attribute_value(a)
         attrs[a.name] = numpy_helper.to_array(value).tolist() if a.type == a.TENSOR else value
-    return _Ensemble(node.op_type, attrs)
+    return _Ensemble(node.op_type, attrs, columns)
 
 
 def _inputs(model: Any) -> list[Any]:
@@ -142,23 +144,19 @@ def _columns(model: Any, node: Any, join: Any) -> list[str] | None:
 
 
 def _n_features(model: Any, ensemble: _Ensemble) -> int:
-    inputs = _inputs(model)
-    if len(inputs) > 1:  # one column each
-        return len(inputs)
-    shape = inputs[0].type.tensor_type.shape.dim
+    if ensemble.columns is not None:  # one input per column
+        return len(ensemble.columns)
+    shape = _inputs(model)[0].type.tensor_type.shape.dim
     if len(shape) == 2 and shape[1].dim_value > 0:
         return int(shape[1].dim_value)
     return int(max(ensemble.get("nodes_featureids"), default=-1)) + 1
 
 
-def _feature_names(model: Any, n_features: int) -> list[str] | None:
+def _feature_names(model: Any, ensemble: _Ensemble, n_features: int) -> list[str] | None:
     """The per-column inputs' names, or the names :meth:`Onnx.named` kept in the model's
     metadata, if any."""
-    node = next(n for n in model.graph.node if n.domain == _DOMAIN and n.op_type in _ENSEMBLES)
-    joins = [n for n in model.graph.node if n.op_type == "Concat" and not n.domain]
-    columns = _columns(model, node, joins[0] if joins else None)
-    if columns is not None:
-        return columns
+    if ensemble.columns is not None:
+        return ensemble.columns
     kept = {p.key: p.value for p in model.metadata_props}
     if _NAMES not in kept:
         return None
@@ -218,7 +216,7 @@ def import_onnx(model: Any) -> Forest:
         task=task,  # type: ignore[arg-type]
         trees=trees,
         n_features=n_features,
-        feature_names=_feature_names(model, n_features),
+        feature_names=_feature_names(model, ensemble, n_features),
         n_outputs=n_out,
         base_score=base.reshape(n_out),
         base_last=True,  # ONNX Runtime adds the trees from zero, then the base values

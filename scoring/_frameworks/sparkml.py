@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -44,9 +43,10 @@ import numpy as np
 import pyarrow as pa
 
 from .._ir import Forest, Tree
+from .._spark_session import local_session
 from ..errors import DependencyError, ModelFileError, UnsupportedModelError, cause_line
 from ._common import numeric_tree
-from ._protocol import Framework, NativeModel, register
+from ._protocol import Framework, NativeModel, native_input, register
 
 __all__ = ["FRAMEWORK", "SparkTrees", "import_spark", "read_spark_folder"]
 
@@ -316,12 +316,11 @@ def _nodes(trees: SparkTrees) -> dict[int, dict[str, Any]]:
         "categories": split.field("numCategories").to_numpy(),
         "threshold": split.field("leftCategoriesOrThreshold").to_pylist(),
     }
-    out: dict[int, dict[str, Any]] = {}
-    for t in np.unique(tree_ids):
-        rows = np.flatnonzero(tree_ids == t)
-        out[int(t)] = {k: (v[rows] if isinstance(v, np.ndarray) else [v[i] for i in rows])
-                       for k, v in flat.items()}  # fmt: skip
-    return out
+    # The rows are sorted by tree (:func:`_canonical`): each tree is one slice of them.
+    ids, starts = np.unique(tree_ids, return_index=True)
+    ends = [*starts[1:], len(tree_ids)]
+    return {int(t): {k: v[a:b] for k, v in flat.items()}
+            for t, a, b in zip(ids, starts, ends, strict=True)}  # fmt: skip
 
 
 def _tree(nodes: dict[str, Any], kind: str, n_out: int, *, weight: float | None,
@@ -406,19 +405,13 @@ def write_spark_folder(trees: SparkTrees, folder: str) -> None:
 def _session() -> Any:
     """The active Spark session, or a local one on this interpreter."""
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401  (the reference needs it; reading does not)
     except ImportError:
         raise DependencyError(
             "Spark ML models are checked against Spark's own transform: pip install "
             "'scoring[spark]' (and a Java runtime)"
         ) from None
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return (SparkSession.builder.master("local[1]").appName("scoring-native")
-            .config("spark.ui.showConsoleProgress", "false").getOrCreate())  # fmt: skip
+    return local_session("local[1]", app_name="scoring-native")
 
 
 class SparkNative(NativeModel):
@@ -445,7 +438,7 @@ class SparkNative(NativeModel):
 
     def _transform(self, X: Any) -> dict[str, np.ndarray]:
         """prediction, probability, rawPrediction and leaves for the rows of ``X``."""
-        rows = np.asarray(_numeric(X), dtype=np.float64).reshape(-1, self.forest.n_features)
+        rows = np.asarray(native_input(X), dtype=np.float64).reshape(-1, self.forest.n_features)
         key = hashlib.sha256(np.ascontiguousarray(rows).tobytes()).digest()  # rows x features
         if self._last is None or self._last[0] != key:
             self._last = (key, self._transformed(rows))
@@ -506,12 +499,6 @@ class SparkNative(NativeModel):
         return self._transform(X)["leaf"].reshape(-1, self.forest.n_trees).astype(np.int64)
 
 
-def _numeric(X: Any) -> Any:
-    if hasattr(X, "to_numpy"):
-        return X.to_numpy(dtype=np.float64)
-    return X
-
-
 def _column(column: Any) -> np.ndarray:
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
         values = column.combine_chunks()
@@ -535,7 +522,16 @@ class SparkML(Framework):
         return isinstance(model, SparkTrees) or _is_spark_object(model)
 
     def load_file(self, path: Path, *, trusted: bool) -> Any:
-        return read_spark_folder(path)
+        return read_spark_folder(path)  # no suffixes: only folders reach it
+
+    def reads_folder(self, url: str) -> bool:
+        return is_spark_folder(url)
+
+    def load_folder(self, url: str) -> Any:
+        return read_spark_folder(url)
+
+    def adopt(self, model: Any) -> Any:
+        return adopt(model)
 
     def to_forest(self, model: Any) -> Forest:
         return import_spark(adopt(model))
