@@ -13,7 +13,10 @@ window being the longest of the year (:mod:`scoring._when`).  The pod gets the w
 quarter (at least ten minutes) so that a late run finishes and exits 4 (finished late,
 output complete) rather than being killed mid-publication.  A GPU job adds the ``gpu``
 component (``nvidia.com/gpu``, the pool's toleration and label), a Ray job the ``ray``
-one (a KubeRay RayJob).  ``kubectl kustomize DIR`` renders it.
+one (a KubeRay RayJob).  A Ray job's ``[autoscale]`` bounds its workers group
+(``minReplicas`` and ``replicas``: ``min_workers``; ``maxReplicas``: ``max_workers``, one
+worker per GPU pod): KubeRay's autoscaler, enabled in the component, adds the pods the job
+asks for when it starts.  ``kubectl kustomize DIR`` renders it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from ._autoscale import Autoscale
 from ._when import check_schedule, daily_start, parse_deadline, zone
 from ._when import window_seconds as window_of
 from .errors import ConfigError, JobFileError
@@ -34,7 +40,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
+__all__ = ["Rendered", "active_deadline", "render", "window_seconds", "worker_bounds"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ def render(
     kustomization = _kustomization(
         name=name, base=os.path.relpath(base, out), components=components,
         engine=engine, schedule=schedule, timezone=zone_name, seconds=seconds,
+        autoscale=_autoscale(job, job_file),
     )  # fmt: skip
     (out / "kustomization.yaml").write_text(_yaml(kustomization))
     return Rendered(out, f"scoring-{name}", seconds)
@@ -142,6 +149,26 @@ def _job(path: Path) -> dict[str, Any]:
     return data
 
 
+def _autoscale(job: dict[str, Any], path: Path) -> Autoscale | None:
+    """The job's ``[autoscale]`` bounds, checked as the job checks them."""
+    if "autoscale" not in job:
+        return None
+    try:
+        return Autoscale.model_validate(job["autoscale"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(["autoscale", *(str(p) for p in first["loc"])])
+        raise JobFileError(f"job file {str(path)!r}, key {key!r}: {first['msg']}") from None
+
+
+def worker_bounds(autoscale: Autoscale) -> list[dict[str, Any]]:
+    """JSON patch operations bounding a RayJob's workers group by ``[autoscale]``."""
+    group = "/spec/rayClusterSpec/workerGroupSpecs/0"
+    values = {"replicas": autoscale.min_workers, "minReplicas": autoscale.min_workers,
+              "maxReplicas": autoscale.max_workers}  # fmt: skip
+    return [{"op": "replace", "path": f"{group}/{k}", "value": v} for k, v in values.items()]
+
+
 def _dns_name(name: str) -> str:
     """The job's name as a Kubernetes name part (lowercase letters, digits, dashes)."""
     text = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
@@ -155,7 +182,7 @@ def _dns_name(name: str) -> str:
 
 def _kustomization(
     *, name: str, base: str, components: list[str], engine: str, schedule: str | None,
-    timezone: str | None, seconds: int | None,
+    timezone: str | None, seconds: int | None, autoscale: Autoscale | None,
 ) -> dict[str, Any]:  # fmt: skip
     kind = "RayJob" if engine == "ray" else "CronJob"
     prefix = "/spec" if kind == "RayJob" else "/spec/jobTemplate/spec"
@@ -163,6 +190,8 @@ def _kustomization(
     if seconds is not None:
         operations.append({"op": "replace", "path": f"{prefix}/activeDeadlineSeconds",
                            "value": seconds})  # fmt: skip
+    if kind == "RayJob" and autoscale is not None:
+        operations.extend(worker_bounds(autoscale))
     if kind == "CronJob":
         operations.append({"op": "replace", "path": "/spec/schedule", "value": schedule})
         if timezone:

@@ -81,7 +81,8 @@ def as_a_script() -> Iterator[None]:
 #: cluster files are apart, as each alone loads both cores.  Files not named follow in
 #: their usual order.
 SLOWEST_FIRST = [
-    "test_parity.py", "test_spark_cluster.py", "test_ray.py", "test_incremental.py",
+    "test_autoscale.py", "test_parity.py", "test_spark_cluster.py", "test_ray.py",
+    "test_incremental.py",
     "test_docs.py", "test_incremental_keys.py", "test_publication.py", "test_spark.py",
     "test_sparkml.py",
     "test_ray_cluster.py", "test_error_sites.py", "test_filter_spark.py", "test_delta.py",

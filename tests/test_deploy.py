@@ -12,12 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import tomllib
 import yaml
 from typer.testing import CliRunner
 
 from scoring._deploy import active_deadline, window_seconds
 from scoring.cli import HELP, app
+
+from .kuberay_schema import RAY_JOB, bounds_hold
 
 ROOT = Path(__file__).parents[1]
 DEPLOY = ROOT / "deploy" / "kubernetes"
@@ -50,12 +54,35 @@ def _validate(resources: list[dict[str, Any]], tmp_path: Path) -> None:
         assert done.returncode == 0 and "ERROR" not in done.stdout, done.stdout + done.stderr
         assert done.stdout.count(" passed ") == len(builtin), done.stdout
     for ray_job in (r for r in resources if r["kind"] == "RayJob"):
+        _validate_ray_job(ray_job, tmp_path)
         spec = ray_job["spec"]
         assert "scoring run --run-date today /etc/scoring/job.toml" in spec["entrypoint"]
         assert spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
         for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
             limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
             assert limits["nvidia.com/gpu"] == "1" and group["rayStartParams"]["num-gpus"] == "1"
+
+
+def _validate_ray_job(ray_job: dict[str, Any], tmp_path: Path) -> None:
+    """A RayJob against the schema of the KubeRay fields it may use (no other field), its
+    workers groups' bounds, and its pod templates strictly against Kubernetes' own
+    PodTemplate schema."""
+    jsonschema.validate(ray_job, RAY_JOB)
+    cluster = ray_job["spec"]["rayClusterSpec"]
+    assert all(bounds_hold(group) for group in cluster["workerGroupSpecs"])
+    templates = [cluster["headGroupSpec"]["template"],
+                 *(g["template"] for g in cluster["workerGroupSpecs"])]  # fmt: skip
+    pods = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"pod-{i}"},
+             "template": t} for i, t in enumerate(templates)]  # fmt: skip
+    path = tmp_path / "ray_pods.yaml"
+    path.write_text(yaml.safe_dump_all(pods))
+    for version in VERSIONS:
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("kubernetes-validate")), "--strict", "-k",
+             version, str(path)], capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and "ERROR" not in done.stdout, done.stdout + done.stderr
+        assert done.stdout.count(" passed ") == len(pods), done.stdout
 
 
 def _cronjob(resources: list[dict[str, Any]]) -> dict[str, Any]:
@@ -74,7 +101,13 @@ def test_every_overlay_renders_and_validates_strictly(overlay: str, tmp_path: Pa
     (config,) = [r for r in resources if r["kind"] == "ConfigMap"]
     job = (DEPLOY / ("overlays/ray" if overlay == "ray" else "base") / "job.toml").read_text()
     assert config["data"]["job.toml"] == job
-    if overlay == "ray":
+    if overlay == "ray":  # its workers group bounded by its job's [autoscale]
+        bounds = tomllib.loads(job)["autoscale"]
+        (ray_job,) = [r for r in resources if r["kind"] == "RayJob"]
+        assert ray_job["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] is True
+        (group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (
+            bounds["min_workers"], bounds["min_workers"], bounds["max_workers"])  # fmt: skip
         return
     cronjob = _cronjob(resources)
     assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
@@ -167,6 +200,46 @@ def test_deploy_render_writes_an_overlay_for_each_example_job(job: str, tmp_path
         assert cronjob["spec"].get("timeZone") == (zone.group(1) if zone else "UTC")
         pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
         assert ("nvidia.com/gpu" in pod["containers"][0]["resources"]["limits"]) == bool(gpu)
+
+
+@needs_kubectl
+def test_render_bounds_the_ray_workers_by_the_job_s_autoscale(tmp_path: Path) -> None:
+    """``scoring deploy render`` of the KubeRay overlay's own job file writes the same
+    workers group as the overlay; other bounds are written as given, and validate."""
+    path = DEPLOY / "overlays" / "ray" / "job.toml"
+    groups = []
+    for text in (path.read_text(), re.sub(r"max_workers = \d+", "max_workers = 3",
+                 path.read_text().replace("min_workers = 1", "min_workers = 2"))):  # fmt: skip
+        job = tmp_path / f"job{len(groups)}.toml"
+        job.write_text(text)
+        out = tmp_path / f"overlay{len(groups)}"
+        said = runner.invoke(app, ["deploy", "render", str(job), "--out", str(out),
+                                   "--base", str(DEPLOY)])  # fmt: skip
+        assert said.exit_code == 0, said.output
+        resources = _rendered(out)
+        _validate(resources, tmp_path)
+        (ray_job,) = [r for r in resources if r["kind"] == "RayJob"]
+        (group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+        groups.append((group["minReplicas"], group["replicas"], group["maxReplicas"]))
+    (shipped,) = [r for r in _rendered(DEPLOY / "overlays" / "ray") if r["kind"] == "RayJob"]
+    assert groups[0] == tuple(shipped["spec"]["rayClusterSpec"]["workerGroupSpecs"][0][k]
+                              for k in ("minReplicas", "replicas", "maxReplicas"))  # fmt: skip
+    assert groups == [(1, 1, 8), (2, 2, 3)]
+
+
+def test_render_refuses_bad_autoscale_bounds_in_one_line(tmp_path: Path) -> None:
+    job = tmp_path / "job.toml"
+    for table, said_ in [
+        ("min_workers = 4\nmax_workers = 2", "more than max_workers 2"),
+        ("max_workers = 0", "autoscale.max_workers"),
+        ("max_workers = 2\nwait = 'soon'", "autoscale.wait"),
+        ("max_workers = 2\nmax_worker = 3", "autoscale.max_worker"),
+    ]:
+        job.write_text(f'name = "j"\nengine = "ray"\ndeadline = "1h"\n[autoscale]\n{table}\n')
+        said = runner.invoke(app, ["deploy", "render", str(job), "--out", str(tmp_path / "o"),
+                                   "--base", str(DEPLOY)])  # fmt: skip
+        assert said.exit_code == 2 and said_ in said.stderr, said.output
+        assert len(said.stderr.strip().splitlines()) == 1, said.stderr
 
 
 def test_the_window_and_the_pod_s_deadline() -> None:

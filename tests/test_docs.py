@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -427,7 +428,8 @@ def test_the_site_builds_strictly_with_every_option_key_and_error(tmp_path: Path
 def _keys(spec: Any) -> Iterator[str]:
     """A job file's keys as its reference shows them: ``[table]`` and the table's keys."""
     for key, field in spec.model_fields.items():
-        table = getattr(field.annotation, "model_fields", None)
+        kinds = [k for k in typing.get_args(field.annotation) if k is not type(None)]
+        table = getattr(kinds[0] if len(kinds) == 1 else field.annotation, "model_fields", None)
         yield f"[{key}]" if table is not None else key
         yield from table or ()
 

@@ -410,7 +410,8 @@ def test_plan_measurements_are_keyed_by_the_backend_that_will_run(
     tmp_path: Path, registry: Any
 ) -> None:
     """A rate measured for one backend never stands for another (a cached tensor rate
-    once stood for the native run ``auto`` picked the second time)."""
+    once stood for the native run ``auto`` picked the second time), nor one of scores
+    alone for a job writing contributions (which score far slower)."""
     write_rows(tmp_path / "in", 20_000)
     (Path(registry.uri) / "cache" / "throughput.json").unlink(missing_ok=True)
     plans = {}
@@ -419,9 +420,14 @@ def test_plan_measurements_are_keyed_by_the_backend_that_will_run(
         plans.setdefault(backend, []).append(make_plan(spec))
     assert [p.cached for p in plans["native"]] == [False, True]
     assert not plans["tensor"][0].cached
+    explained = load_job(job_file(tmp_path, registry, deadline="30m", backend="tensor",
+                                  outputs="contributions"))  # fmt: skip
+    assert not make_plan(explained).cached
     keys = json.loads((Path(registry.uri) / "cache" / "throughput.json").read_text())
-    picked = {key.split("|")[2] for key in keys}
-    assert picked == {"native", "tensor"} and all(len(key.split("|")) == 5 for key in keys)
+    picked = {(key.split("|")[2], key.split("|")[5]) for key in keys}
+    assert picked == {("native", "default"), ("tensor", "default"),
+                      ("tensor", explained.outputs)}  # fmt: skip
+    assert all(len(key.split("|")) == 6 for key in keys)
 
 
 def test_a_compile_spent_while_planning_counts_once_in_the_window(

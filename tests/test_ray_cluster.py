@@ -75,11 +75,11 @@ def ray_cluster() -> Iterator[str]:
         _end_sessions(sessions)
 
 
-def _ray(*args: str) -> int:
-    """``ray`` with ``args``, in a session of its own: the session's id (what the
-    processes it leaves running share)."""
+def _ray(*args: str, env: dict[str, str] | None = None) -> int:
+    """``ray`` with ``args`` (and ``env`` added to the environment), in a session of its
+    own: the session's id (what the processes it leaves running share)."""
     # No AWS settings: actors reach S3 only with the options their job ships them.
-    nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nodes = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | (env or {})
     # Workers at Ray's default niceness (15) get a few percent of a CPU beside other work,
     # as on this busy test machine; scoring.ray.connect() starts its own clusters so too.
     nodes["RAY_worker_niceness"] = "0"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,8 @@ def job_file_reference(spec: type[BaseModel]) -> str:
     tables: list[tuple[str, type[BaseModel]]] = []
     lines = ["| key | default | what it is |", "|---|---|---|"]
     for key, field in spec.model_fields.items():
-        kind = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
+        kind = _table(field.annotation)
+        if kind is not None:
             tables.append((key, kind))
             continue
         lines.append(f"| `{key}` | {_default(field)} | {_cell(field.description or '')} |")
@@ -89,6 +90,13 @@ def job_file_reference(spec: type[BaseModel]) -> str:
         for sub, field in model.model_fields.items():
             lines.append(f"| `{sub}` | {_default(field)} | {_cell(field.description or '')} |")
     return "\n".join(lines) + "\n"
+
+
+def _table(kind: Any) -> type[BaseModel] | None:
+    """The model of a ``[table]`` key: a model, or an optional one (``Autoscale | None``)."""
+    options = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
+    found = options[0] if len(options) == 1 else None
+    return found if isinstance(found, type) and issubclass(found, BaseModel) else None
 
 
 def _default(field: Any) -> str:

@@ -51,6 +51,7 @@ from .._where import RowFilter
 from ..errors import ConfigError, EngineError, InputError, ScoringError
 from . import plan as plan_hooks
 from .plan import Hooks, RunPlan, ScoreSpec
+from .scaling import Autoscaler, Bounds
 from .target import check_apart, partitions_of, pinned, publisher_for
 
 __all__ = [
@@ -100,6 +101,10 @@ class Engine(Protocol):
 
     def workers(self, options: Any, *, device: str) -> int:
         """How many workers a run with ``options`` gets (for the planner)."""
+
+    def autoscaler(self, options: Any, *, device: str, bounds: Bounds) -> Autoscaler:
+        """The cluster's workers requested within ``bounds`` (a job's ``[autoscale]``);
+        an engine of one process refuses it (:class:`ConfigError`)."""
 
     def run(self, run: Run, *, source: ModelSource, options: Any, progress: RunProgress) -> Scored:
         """Score ``run.todo`` into the output's staging area (nothing published)."""

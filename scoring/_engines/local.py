@@ -40,8 +40,9 @@ from .._journal.journal import Entry
 from .._modelset import SetScorer
 from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
-from ..errors import WRITE_FIX, translated, translating
+from ..errors import WRITE_FIX, ConfigError, translated, translating
 from .base import ModelSource, Run, Scored, job_options, register
+from .scaling import Autoscaler, Bounds
 
 __all__ = [
     "ENGINE", "FileFeed", "LocalEngine", "LocalOptions", "StageClock", "cpu_threads",
@@ -371,6 +372,12 @@ class LocalEngine:
 
     def workers(self, options: Any, *, device: str) -> int:
         return 1
+
+    def autoscaler(self, options: Any, *, device: str, bounds: Bounds) -> Autoscaler:
+        raise ConfigError(
+            "[autoscale] sizes a cluster and the local engine runs in one process; use "
+            "engine 'ray' or 'spark'"
+        )
 
     def run(
         self, run: Run, *, source: ModelSource, options: LocalOptions, progress: RunProgress

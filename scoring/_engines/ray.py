@@ -45,6 +45,7 @@ from .base import ModelSource, Run, Scored, job_options, register
 from .local import FileFeed, file_lanes, run_local
 from .placement import placement_only, scoring_device, worker_label
 from .plan import RunPlan
+from .ray_autoscale import RayAutoscaler
 from .ray_cluster import (
     WorkerPlan,
     check_fits,
@@ -55,6 +56,7 @@ from .ray_cluster import (
     plan_workers,
 )
 from .ray_progress import Sender, following, row_counter
+from .scaling import Bounds
 
 __all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions"]
 
@@ -198,6 +200,9 @@ class RayEngine:
         return plan_workers(
             ray.cluster_resources(), device=device, reserve_reads=False, node_cpus=node_cpus()
         ).workers
+
+    def autoscaler(self, options: RayOptions, *, device: str, bounds: Bounds) -> RayAutoscaler:
+        return RayAutoscaler(options, device=device, bounds=bounds)
 
     def run(
         self, run: Run, *, source: ModelSource, options: RayOptions, progress: RunProgress

@@ -17,6 +17,7 @@ device) the tasks chose is recorded.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import warnings
@@ -45,6 +46,7 @@ from .base import (
 )
 from .placement import placement_only, scoring_device, worker_label
 from .plan import ScoreSpec
+from .scaling import Bounds
 from .spark_errors import worker_errors
 
 __all__ = [
@@ -173,6 +175,51 @@ class SparkOptions(BaseModel):
     """Spark settings for a session the job starts."""
 
 
+class SparkAllocation:
+    """``[autoscale]`` on Spark: a worker is an executor (``spark.executor.cores``, 1
+    unless set); the session the job starts gets dynamic allocation with the planned
+    executors to start with and as its ceiling, and the job's ``min_workers`` as its
+    floor: executors are added as tasks wait, up to what the deadline needs, and idle
+    ones leave.  Shuffle tracking stands in for an external shuffle service (scoring
+    shuffles nothing).  Spark's cluster manager grants them; nothing is seen join here.
+    A session that is already running keeps its own settings (logged)."""
+
+    observes = False
+    renew_seconds: float | None = None
+
+    def __init__(self, options: SparkOptions, *, bounds: Bounds):
+        self.given, self.bounds = options, bounds
+        self.shape = {"CPU": float(options.conf.get("spark.executor.cores", "1"))}
+        self.requested = 0
+
+    def request(self, workers: int) -> None:
+        self.requested = workers
+
+    def granted(self) -> int:
+        return self.requested
+
+    def options(self, workers: int) -> SparkOptions:
+        from pyspark.sql import SparkSession
+
+        if SparkSession.getActiveSession() is not None:
+            logging.getLogger(__name__).warning(
+                "[autoscale]: a Spark session is already running, so its own executor "
+                "settings stand (%d executors planned)",
+                workers,
+            )
+        allocation = {
+            "spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": str(min(self.bounds.min_workers, workers)),
+            "spark.dynamicAllocation.initialExecutors": str(workers),
+            "spark.dynamicAllocation.maxExecutors": str(workers),
+        }
+        return self.given.model_copy(update={"conf": {**self.given.conf, **allocation}})
+
+    def release(self) -> None:
+        self.requested = 0
+
+
 class SparkEngine:
     """Spark reads, scores and writes; our manifest and ``_SUCCESS`` follow."""
 
@@ -198,6 +245,9 @@ class SparkEngine:
     def workers(self, options: SparkOptions, *, device: str) -> int:
         session = local_session(options.master or "local[*]", conf=options.conf)
         return max(1, int(session.sparkContext.defaultParallelism))
+
+    def autoscaler(self, options: SparkOptions, *, device: str, bounds: Bounds) -> SparkAllocation:
+        return SparkAllocation(options, bounds=bounds)
 
     def run(
         self, run: Run, *, source: ModelSource, options: SparkOptions, progress: RunProgress

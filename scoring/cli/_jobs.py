@@ -130,6 +130,8 @@ def run(
         except DriftError as exc:  # before anything is published
             raise fail("run", str(exc), code=EXIT_CHECKS) from None
     messages.print(f"scored {outcome.report.summary()}")
+    if outcome.plan.scaled():
+        messages.print(outcome.plan.scaled())
     if outcome.report.busy():
         messages.print(outcome.report.busy())
     pace = pace_vs_io(outcome.plan, outcome.report)

@@ -8,6 +8,12 @@ that will run and the product version, under the registry root.  Fixed costs: st
 (listing the input, measured, plus a Ray or Spark cluster's start), model load and
 compile (measured), commit.  Estimate = fixed + rows / (rate x workers), against the time
 left when planning began (the listing and the compile are spent inside it, once).
+
+A worker of a given number of CPUs (the job's ``[resources] cpus``, on Ray or Spark)
+overlaps its stages only as far as its CPUs allow: its pace is the slowest stage or the
+stages' sum over its CPUs, whichever is slower, measured with no more scoring threads
+than it has.  With ``[autoscale]`` the workers are the ones the deadline needs, within
+its bounds (:mod:`scoring.jobs._scaling` asks the cluster for them).
 """
 
 from __future__ import annotations
@@ -42,12 +48,19 @@ from .._version import __version__
 from ..errors import ModelNotFoundError
 from ._spec import JobSpec
 
-__all__ = ["Plan", "Planned", "make_plan", "plan_and_model"]
+__all__ = ["Plan", "Planned", "make_plan", "plan_and_model", "workers_needed"]
 
 #: Four of the engine's CPU batches: enough that one slow batch does not set the rate.
 SAMPLE_ROWS = 524_288
+#: About how long the sample's scoring may take: a slow model (contributions of a deep
+#: forest score a few thousand rows/s) is timed on fewer rows, never fewer than
+#: MIN_SAMPLE_ROWS, rather than for minutes.
+SAMPLE_SECONDS = 5.0
+MIN_SAMPLE_ROWS = 4096
 COMMIT_SECONDS = 0.1
 COMMIT_SECONDS_PER_FILE = 0.02
+#: No bound on the threads of a measurement that is not a worker's.
+MAX_CALLS = 1 << 16
 
 
 @dataclass
@@ -77,6 +90,12 @@ class Plan:
     changes: dict[str, Any] | None = None
     #: The tensor backend's strategy the model was timed with ("" for the others).
     strategy: str = ""
+    #: ``[autoscale]``'s bounds (None without it): ``workers`` is what the deadline
+    #: needs within them.
+    min_workers: int | None = None
+    max_workers: int | None = None
+    #: What the cluster was asked for and gave, over time (:mod:`._scaling`), once asked.
+    scaling: dict[str, Any] | None = None
 
     @property
     def margin(self) -> float | None:
@@ -86,6 +105,17 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "margin": self.margin}
+
+    def scaled(self) -> str | None:
+        """What ``[autoscale]`` asked the cluster for and got, in one line."""
+        if not self.scaling:
+            return None
+        s = self.scaling
+        return (
+            f"workers: needed {s['needed']}, requested {s['requested']}, granted "
+            f"{s['granted']} ([autoscale] {s['min_workers']} to {s['max_workers']}); "
+            f"{s['worker_seconds']:,.0f} worker-seconds held"
+        )
 
     def summary(self) -> str:
         lines = [
@@ -111,6 +141,18 @@ class Plan:
         verdict += f"; deadline {self.deadline} in {left:,.0f} s: "
         if self.feasible:
             verdict += f"feasible, margin {self.margin:.0%}"
+            if self.max_workers is not None:
+                verdict += (
+                    f", on {self.workers} workers (needs {self.workers_needed}; [autoscale] "
+                    f"{self.min_workers} to {self.max_workers})"
+                )
+        elif self.max_workers is not None and self.workers_needed is not None:
+            short = self.estimated_seconds - (self.available_seconds or 0.0)
+            verdict += (
+                f"NOT feasible: needs {self.workers_needed} workers, more than [autoscale] "
+                f"max_workers {self.max_workers}; raise max_workers or give a deadline "
+                f"{math.ceil(short):,} s later"
+            )
         elif self.workers_needed is None:
             fixed = self.startup_seconds + self.compile_seconds + self.commit_seconds
             verdict += (
@@ -176,13 +218,19 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     # the product version, which may score at another pace: a rate measured for one
     # pick never stands for another.
     key = f"{model.sha256}|{model.device}|{model.backend}|{model.strategy or '-'}|{__version__}"
+    # The outputs written (contributions cost far more than scores) and the CPUs of one
+    # worker change the pace too.
+    threads = _worker_cpus(spec)
+    key += f"|{spec.outputs}" + (f"|{threads}cpu" if threads else "")
     rate, io_rate = cache.get(key)
     cached = rate is not None
     if rate is None:
-        rate, io_rate = _measure(model, spec, data)
+        rate, io_rate = _measure(model, spec, data, threads=threads)
         cache.put(key, rate, io_rate)
     workers = (
-        int(spec.workers)
+        spec.autoscale.min_workers  # sized below, from the deadline
+        if spec.autoscale is not None
+        else int(spec.workers)
         if spec.workers != "auto" and not engine.local
         else engine.workers(options_for(engine, spec.engine_options()), device=spec.device)
     )
@@ -191,12 +239,13 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     startup = engine.startup_seconds + listing
     commit = COMMIT_SECONDS + COMMIT_SECONDS_PER_FILE * len(data.fragments)
     fixed = startup + compile_seconds + commit
-    estimate = fixed + rows / (rate * workers)
     deadline = spec.deadline_at(start)
     available = (deadline - planning).total_seconds() if deadline else None
-    needed = None
-    if available is not None and available > fixed:
-        needed = max(1, math.ceil(rows / (rate * (available - fixed))))
+    needed = workers_needed(rows, rate=rate, seconds=available, fixed=fixed)
+    if spec.autoscale is not None and available is not None:
+        most = spec.autoscale.max_workers
+        workers = most if needed is None else max(workers, min(most, needed))
+    estimate = fixed + rows / (rate * workers)
     plan = Plan(
         job=spec.name, engine=spec.engine, device=_device(spec, str(model.device), timed_on),
         backend=model.backend, strategy=getattr(model, "strategy", None) or "",
@@ -207,9 +256,26 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
         available_seconds=available, workers_needed=needed,
         feasible=available is None or estimate <= available, cached=cached,
         io_rows_per_second=io_rate,
+        min_workers=spec.autoscale.min_workers if spec.autoscale else None,
+        max_workers=spec.autoscale.max_workers if spec.autoscale else None,
         changes=None if changes is None else {**changes.to_dict(), "said": changes.describe()},
     )  # fmt: skip
     return Planned(plan, source, data, _reference(store, source))
+
+
+def workers_needed(rows: int, *, rate: float, seconds: float | None, fixed: float) -> int | None:
+    """Workers at ``rate`` rows/s each that score ``rows`` in the ``seconds`` left after
+    the ``fixed`` costs; None without a deadline or when the fixed costs alone exceed it."""
+    if seconds is None or seconds <= fixed:
+        return None
+    return max(1, math.ceil(rows / (rate * (seconds - fixed))))
+
+
+def _worker_cpus(spec: JobSpec) -> int | None:
+    """The CPUs of one worker of a cluster engine, where the job gives them."""
+    if engine_named(spec.engine).local or spec.resources.cpus is None:
+        return None
+    return max(1, int(spec.resources.cpus))
 
 
 def _device(spec: JobSpec, measured: str, timed_on: str) -> str:
@@ -268,19 +334,29 @@ def _bundle_reference(store: ModelStore, bundle: Any) -> Profile | None:
     return store.reference(mv) if mv.sha256 == manifest["sha256"] else None
 
 
-def _measure(model: Scoring, spec: JobSpec, data: Any) -> tuple[float, float]:
+def _measure(
+    model: Scoring, spec: JobSpec, data: Any, *, threads: int | None = None
+) -> tuple[float, float]:
     """Rows/s of the slowest of the local engine's stages (read, score, Parquet encode),
     each timed on a sample: the stages overlap, so the slowest one sets the pace; and
     rows/s of reading and writing alone (what a job is held to).  The sample is scored
     as the engine scores it, side by side where the engine does, and encoded as its
-    writer encodes."""
+    writer encodes.  For a worker of ``threads`` CPUs: scored on at most that many
+    threads, and the stages overlap only as far as its CPUs allow."""
     scorer = scorer_for(model, keep=spec.keep, outputs=spec.outputs)
     columns = list(dict.fromkeys([*spec.keep, *scorer.feature_columns(data.schema.names)]))
     data.require(columns)
-    calls = parallel_calls(scorer)
-    scorer.score(data.head(columns=columns, rows=1024))  # warm-up: first-call costs
+    calls = min(parallel_calls(scorer), threads or MAX_CALLS)
+    head = data.head(columns=columns, rows=1024)
+    scorer.score(head)  # warm-up: first-call costs
     began = time.perf_counter()
-    sample = _sample(data, columns=columns, batch_rows=scorer.batch_rows)
+    scorer.score(head)
+    per_row = (time.perf_counter() - began) / max(1, head.num_rows)
+    wanted = int(SAMPLE_SECONDS * calls / per_row) if per_row > 0 else SAMPLE_ROWS
+    wanted = max(MIN_SAMPLE_ROWS, min(SAMPLE_ROWS, wanted))
+    began = time.perf_counter()
+    sample = _sample(data, columns=columns, rows=wanted,
+                     batch_rows=min(scorer.batch_rows, -(-wanted // calls)))  # fmt: skip
     read = time.perf_counter() - began
     with ThreadPoolExecutor(max_workers=calls) as pool:
         began = time.perf_counter()
@@ -294,23 +370,24 @@ def _measure(model: Scoring, spec: JobSpec, data: Any) -> tuple[float, float]:
             writer.write_table(pa.concat_tables(scored))
     write = time.perf_counter() - began
     rows = sum(batch.num_rows for batch in sample)
-    slowest = max(read, score, write)
+    slowest = max(read, score, write, (read + score + write) / (threads or MAX_CALLS))
     io_alone = read + write
     return (rows / slowest if slowest > 0 else float(rows),
             rows / io_alone if io_alone > 0 else float(rows))  # fmt: skip
 
 
-def _sample(data: Any, *, columns: list[str], batch_rows: int) -> list[Any]:
-    """The first SAMPLE_ROWS rows of the input (or all of it), in the engine's batches."""
+def _sample(data: Any, *, columns: list[str], rows: int, batch_rows: int) -> list[Any]:
+    """About the first ``rows`` rows of the input (or all of it), in batches of at most
+    ``batch_rows`` (the engine's, or fewer for a short sample)."""
     batches = (
         batch
         for fragment in data.fragments
         for batch in data.batches(fragment, columns=columns, batch_rows=batch_rows)
     )
-    sample, rows = [], 0
-    while rows < SAMPLE_ROWS and (batch := next(batches, None)) is not None:
+    sample, taken = [], 0
+    while taken < rows and (batch := next(batches, None)) is not None:
         sample.append(batch)
-        rows += batch.num_rows
+        taken += batch.num_rows
     return sample
 
 

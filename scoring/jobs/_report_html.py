@@ -58,6 +58,7 @@ def render_html(data: dict[str, Any]) -> str:
         _models(data.get("models") or []),
         _section(f"Files ({len(data['files'])})", _files(data["files"])),
         _workers(data),
+        _scaling(data["plan"].get("scaling")),
         _section("Resources", _resources(data)),
         _section("Warnings", _warnings(data["warnings"], data.get("resolved_warnings", []))),
     ]
@@ -73,6 +74,7 @@ def render_failure_html(data: dict[str, Any]) -> str:
             ("input", data["input"]), ("output", data["output"])]  # fmt: skip
     body = f"<p class='note'>{html.escape(data['rerun'])}</p>" + _section("Run", _table(rows))
     body += _checks(data)  # a run its checks stopped: what drifted
+    body += _scaling((data.get("plan") or {}).get("scaling"))  # what joined, if it was asked
     if data.get("status") == "refused":
         return _page(data["job"], "refused", "REFUSED: the plan misses the deadline; nothing "
                      "was scored", data, body)  # fmt: skip
@@ -226,6 +228,21 @@ def _workers(data: dict[str, Any]) -> str:
     rows = [[w, f"{v['rows']:,}", f"{v['rows_per_second']:,.0f}"] for w, v in workers.items()]
     table = _grid(["worker", "rows", "rows/s"], rows)
     return _section(f"Workers ({len(workers)})", table + _svg(_workers_plot, data))
+
+
+def _scaling(scaling: dict[str, Any] | None) -> str:
+    """``[autoscale]``: the workers needed, requested and granted over time."""
+    if not scaling:
+        return ""
+    rows = [[f"{p['seconds']:,.1f}", "-" if p["needed"] is None else str(p["needed"]),
+             str(p["requested"]), str(p["granted"])] for p in scaling["timeline"]]  # fmt: skip
+    note = (
+        f'<p class="note">bounds {scaling["min_workers"]} to {scaling["max_workers"]} '
+        f"workers of {html.escape(str(scaling['shape']))}; "
+        f"{scaling['worker_seconds']:,.0f} worker-seconds held</p>"
+    )
+    table = _grid(["seconds from the request", "needed", "requested", "granted"], rows)
+    return _section("Autoscaling", table + note)
 
 
 def _resources(data: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -35,6 +36,7 @@ from ._gpu import GpuSampler
 from ._history import Recorder
 from ._planner import Plan, plan_and_model
 from ._report import DEADLINE_WARNING, cpu_seconds, write_failure_report, write_report
+from ._scaling import scaled
 from ._spec import JobSpec
 
 __all__ = [
@@ -154,8 +156,9 @@ def _run(
             raise DeadlineError(plan.summary().splitlines()[-1].strip())
         deadline = spec.deadline_at(start)
         watch = _Watch(deadline, plan.rows, then=_both(recorder.progress, on_progress))
-        with GpuSampler() as gpu, _Warnings() as warned:
-            report, attempts = _with_retries(spec, data, model, watch, checks,
+        with _workers(spec, plan, deadline) as options, GpuSampler() as gpu, \
+                _Warnings() as warned:  # fmt: skip
+            report, attempts = _with_retries(spec, data, model, watch, checks, options=options,
                                              progress=progress)  # fmt: skip
     except DeadlineError as exc:  # refused before anything is scored: only the report
         recorder.record("refused", exit_code=EXIT_INFEASIBLE, error=exc)
@@ -199,6 +202,16 @@ class _Warnings(logging.Handler):
 
     def __exit__(self, *_: object) -> None:
         logging.getLogger("scoring").removeHandler(self)
+
+
+def _workers(
+    spec: JobSpec, plan: Plan, deadline: datetime | None
+) -> AbstractContextManager[dict[str, Any]]:
+    """The engine options to run with: the job's, or with ``[autoscale]`` those of the
+    workers the cluster gave, held for the run (:mod:`._scaling`)."""
+    if spec.autoscale is None:
+        return nullcontext(spec.engine_options())
+    return scaled(spec, plan, deadline=deadline)
 
 
 def _both(
@@ -266,6 +279,7 @@ def _with_retries(
     watch: _Watch,
     checks: RunChecks,
     *,
+    options: dict[str, Any],
     progress: bool,
 ) -> tuple[ScoreReport, int]:
     """Runs the engine; a failure that a rerun may fix is retried (the rerun resumes)."""
@@ -281,7 +295,7 @@ def _with_retries(
                 source, target, model, engine=spec.engine, keep=spec.keep,
                 outputs=spec.outputs, device=spec.device, backend=spec.backend,
                 strategy=spec.strategy, registry=spec.registry,
-                engine_options=spec.engine_options(), progress=progress,
+                engine_options=options, progress=progress,
                 storage_options=spec.storage_options, run=run,
             )  # fmt: skip
             return report, attempt

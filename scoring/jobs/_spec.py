@@ -44,6 +44,11 @@
     cpus = 1.0
     gpus = 1.0
 
+    [autoscale]                                 # ray, spark: the workers the deadline needs
+    min_workers = 1                             #   never fewer (default 1)
+    max_workers = 8                             #   never more: a plan needing more exits 3
+    wait = "10m"                                #   ray: how long workers may take to join
+
     [checks]                                    # against the model's registration sample
     max_psi = 0.2                               # drift of any feature or output column
     max_null_rate = 0.05                        # of any feature column
@@ -86,6 +91,7 @@ from pydantic import (
     model_validator,
 )
 
+from .._autoscale import Autoscale
 from .._engines import ENGINES
 from .._explanations import canonical, parse
 from .._formats import DEFAULT_FORMAT, format_named, format_of
@@ -102,7 +108,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Checks", "JobSpec", "Metrics", "job_run_date", "load_job", "parse_duration"]
+__all__ = ["Checks", "JobSpec", "Metrics", "job_run_date", "load_job",
+           "parse_duration"]  # fmt: skip
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _LATE_WINDOW = timedelta(hours=12)
@@ -237,6 +244,8 @@ class JobSpec(_EngineTables):
     """fsspec options for the object stores the job touches (``s3.KEY`` for one protocol)."""
     resources: Resources = Resources()
     """What each worker asks for."""
+    autoscale: Autoscale | None = None
+    """Size the cluster from the deadline (Ray, Spark), within bounds."""
     checks: Checks = Checks()
     """Limits on what the run scored."""
     metrics: Metrics = Metrics()
@@ -296,6 +305,24 @@ class JobSpec(_EngineTables):
     def _one_model_key(self) -> JobSpec:
         if (self.model is None) == (not self.models):
             raise ValueError("name the model: 'model' (one) or 'models' (a list), not both")
+        return self
+
+    @model_validator(mode="after")
+    def _scaled_engine(self) -> JobSpec:
+        """``[autoscale]`` sizes a cluster: not the local engine's one process, and not
+        beside a fixed ``workers`` count."""
+        if self.autoscale is None:
+            return self
+        if ENGINES[self.engine].local:
+            raise ValueError(
+                f"[autoscale] sizes a cluster, and engine {self.engine!r} runs in one "
+                "process; use engine 'ray' or 'spark', or remove [autoscale]"
+            )
+        if self.workers != "auto":
+            raise ValueError(
+                f"workers = {self.workers} fixes the count that [autoscale] plans; set "
+                "workers = 'auto' or remove [autoscale]"
+            )
         return self
 
     @property
