@@ -41,18 +41,9 @@ def _rendered(folder: Path) -> list[dict[str, Any]]:
 
 def _validate(resources: list[dict[str, Any]], tmp_path: Path) -> None:
     """Each built-in resource against each version's schema, strictly; a RayJob (a
-    CRD, whose schema Kubernetes does not bundle) by the fields KubeRay requires."""
+    CRD, whose schema Kubernetes does not bundle) as :func:`_validate_ray_job` says."""
     pytest.importorskip("kubernetes_validate")
-    builtin = [r for r in resources if r["apiVersion"] != "ray.io/v1"]
-    path = tmp_path / "rendered.yaml"
-    path.write_text(yaml.safe_dump_all(builtin))
-    for version in VERSIONS:
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("kubernetes-validate")), "--strict", "-k",
-             version, str(path)], capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0 and "ERROR" not in done.stdout, done.stdout + done.stderr
-        assert done.stdout.count(" passed ") == len(builtin), done.stdout
+    _strictly([r for r in resources if r["apiVersion"] != "ray.io/v1"], tmp_path / "built.yaml")
     for ray_job in (r for r in resources if r["kind"] == "RayJob"):
         _validate_ray_job(ray_job, tmp_path)
         spec = ray_job["spec"]
@@ -74,15 +65,19 @@ def _validate_ray_job(ray_job: dict[str, Any], tmp_path: Path) -> None:
                  *(g["template"] for g in cluster["workerGroupSpecs"])]  # fmt: skip
     pods = [{"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"pod-{i}"},
              "template": t} for i, t in enumerate(templates)]  # fmt: skip
-    path = tmp_path / "ray_pods.yaml"
-    path.write_text(yaml.safe_dump_all(pods))
+    _strictly(pods, tmp_path / "ray_pods.yaml")
+
+
+def _strictly(resources: list[dict[str, Any]], path: Path) -> None:
+    """``resources`` (written to ``path``) against each version's schema, strictly."""
+    path.write_text(yaml.safe_dump_all(resources))
     for version in VERSIONS:
         done = subprocess.run(
             [str(Path(sys.executable).with_name("kubernetes-validate")), "--strict", "-k",
              version, str(path)], capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert done.returncode == 0 and "ERROR" not in done.stdout, done.stdout + done.stderr
-        assert done.stdout.count(" passed ") == len(pods), done.stdout
+        assert done.stdout.count(" passed ") == len(resources), done.stdout
 
 
 def _cronjob(resources: list[dict[str, Any]]) -> dict[str, Any]:
