@@ -354,9 +354,12 @@ def _measure(
     per_row = (time.perf_counter() - began) / max(1, head.num_rows)
     wanted = int(SAMPLE_SECONDS * calls / per_row) if per_row > 0 else SAMPLE_ROWS
     wanted = max(MIN_SAMPLE_ROWS, min(SAMPLE_ROWS, wanted))
+    # A full sample in the engine's own batches (a GPU's are large); a short one split
+    # over the calls that score side by side.
+    batch_rows = scorer.batch_rows if wanted >= SAMPLE_ROWS else -(-wanted // calls)
     began = time.perf_counter()
     sample = _sample(data, columns=columns, rows=wanted,
-                     batch_rows=min(scorer.batch_rows, -(-wanted // calls)))  # fmt: skip
+                     batch_rows=min(scorer.batch_rows, batch_rows))  # fmt: skip
     read = time.perf_counter() - began
     with ThreadPoolExecutor(max_workers=calls) as pool:
         began = time.perf_counter()
