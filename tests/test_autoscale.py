@@ -7,8 +7,9 @@ port, and ended by signal (not ``ray.cluster_utils.AutoscalingCluster``, whose s
 shutdown run ``ray stop --force``, ending every Ray on the machine, and which reads an
 example configuration the wheel does not ship).  Each node the autoscaler starts is put
 in a cgroup of its own capped at :data:`NODE_CPU` of a CPU, and ``scoring run`` in one
-capped the same: a node's pace is then the same whether one or three run, on two cores,
-and the planner's rate per worker (measured in ``scoring run``) is a node's.
+capped the same, each weighted above everything else on the machine: a node's pace is
+then the same whether one or three run, on two cores, busy or not, and the planner's rate
+per worker (measured in ``scoring run``) is a node's.
 
 The jobs are sized from the product's own plan (``scoring plan`` of the same job): a
 window that one worker cannot meet and three can; one that even the maximum cannot;
@@ -81,6 +82,10 @@ class _Caps:
             folder.mkdir()
             (folder / "cpu.cfs_period_us").write_text("100000")
             (folder / "cpu.cfs_quota_us").write_text(str(int(NODE_CPU * 100000)))
+            # Ten times the weight of anything else, so that the cap is also what the
+            # group gets on a busy machine (the suite's other process, CPU hogs): the
+            # groups together ask for less than the two cores.
+            (folder / "cpu.shares").write_text("10240")
         return folder
 
     def _watch(self) -> None:
@@ -101,7 +106,8 @@ class _Caps:
                 except (OSError, IndexError, ValueError):
                     continue
             for pid, node in nodes.items():
-                tasks = self.group(f"node-{node[-5:]}") / "tasks"
+                # cgroup.procs, not tasks: every thread of the process moves, not one.
+                tasks = self.group(f"node-{node[-5:]}") / "cgroup.procs"
                 for member in _tree(pid, children):
                     with contextlib.suppress(OSError):
                         tasks.write_text(str(member))
@@ -111,8 +117,8 @@ class _Caps:
         self.thread.join()
         for group in sorted(g for g in self.root.iterdir() if g.is_dir()):
             with contextlib.suppress(OSError):  # processes end first (the cluster's)
-                for pid in (group / "tasks").read_text().split():
-                    (self.root.parent / "tasks").write_text(pid)
+                for pid in (group / "cgroup.procs").read_text().split():
+                    (self.root.parent / "cgroup.procs").write_text(pid)
                 group.rmdir()
         with contextlib.suppress(OSError):
             self.root.rmdir()
@@ -203,8 +209,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def nightly(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A registered XGBoost model deep enough that its contributions (the job's
-    outputs) score a few thousand rows/s per node, and an input of ROWS rows in 24
-    files: about a hundred seconds of one node's work."""
+    outputs) score about a thousand rows/s per node, and an input of ROWS rows in 24
+    files: a few minutes of one node's work, so that three nodes' start and join fit in
+    the time a third node saves."""
     import xgboost as xgb
 
     root = tmp_path_factory.mktemp("job")
@@ -218,7 +225,7 @@ def nightly(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "frame": frame}
 
 
-ROWS = 120_000
+ROWS = 180_000
 
 
 def _job(
@@ -254,7 +261,7 @@ address = "{cluster["address"]}"
 
 def _scoring(caps: _Caps, *args: str) -> subprocess.CompletedProcess[str]:
     """``scoring ARGS`` in the driver's cgroup (capped as a node is)."""
-    tasks = caps.group("driver") / "tasks"
+    tasks = caps.group("driver") / "cgroup.procs"
     env = {**os.environ, "RAY_worker_niceness": "0"}
     return subprocess.run([SCORING, *args], capture_output=True, text=True, env=env,
                           preexec_fn=lambda: tasks.write_text(str(os.getpid())),
