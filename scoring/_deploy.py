@@ -40,7 +40,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Rendered", "active_deadline", "render", "window_seconds", "worker_bounds"]
+__all__ = ["Rendered", "active_deadline", "render", "window_seconds"]
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def _autoscale(job: dict[str, Any], path: Path) -> Autoscale | None:
         raise JobFileError(f"job file {str(path)!r}, key {key!r}: {first['msg']}") from None
 
 
-def worker_bounds(autoscale: Autoscale) -> list[dict[str, Any]]:
+def _worker_bounds(autoscale: Autoscale) -> list[dict[str, Any]]:
     """JSON patch operations bounding a RayJob's workers group by ``[autoscale]``."""
     group = "/spec/rayClusterSpec/workerGroupSpecs/0"
     values = {"replicas": autoscale.min_workers, "minReplicas": autoscale.min_workers,
@@ -191,7 +191,7 @@ def _kustomization(
         operations.append({"op": "replace", "path": f"{prefix}/activeDeadlineSeconds",
                            "value": seconds})  # fmt: skip
     if kind == "RayJob" and autoscale is not None:
-        operations.extend(worker_bounds(autoscale))
+        operations.extend(_worker_bounds(autoscale))
     if kind == "CronJob":
         operations.append({"op": "replace", "path": "/spec/schedule", "value": schedule})
         if timezone:
