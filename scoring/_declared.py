@@ -46,7 +46,14 @@ from ._bundle import sha256_hex
 from ._catalog import Registry
 from ._frameworks import dump_model, import_model, is_mlflow_ref, load_mlflow_model, model_object
 from ._registry import check_alias
-from .errors import ConfigError, JobFileError, ModelNotFoundError, RegistryError, VerificationError
+from .errors import (
+    ConfigError,
+    JobFileError,
+    ModelNotFoundError,
+    RegistryError,
+    VerificationError,
+    file_key_problem,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -154,12 +161,10 @@ def _read(path: Path) -> Declared:
     try:
         entry = Declared.model_validate({**data, "file": str(path)})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = list(first["loc"])
+        loc = list(exc.errors()[0]["loc"])
         if "versions" not in data and loc[:2] == ["versions", 0]:
             loc = loc[2:]  # a one-version file's keys are its top level
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        key, reason = file_key_problem(exc, loc=loc)
         raise JobFileError(f"model file {str(path)!r}, key {key!r}: {reason}") from None
     here = path.absolute().parent
     versions = [_anchored(v, here) for v in entry.versions]

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from ._autoscale import Autoscale
 from ._when import check_schedule, daily_start, parse_deadline, zone
 from ._when import window_seconds as window_of
-from .errors import ConfigError, JobFileError
+from .errors import ConfigError, JobFileError, file_key_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,10 +155,9 @@ def _autoscale(job: dict[str, Any], path: Path) -> Autoscale | None:
         return None
     try:
         return Autoscale.model_validate(job["autoscale"])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(["autoscale", *(str(p) for p in first["loc"])])
-        raise JobFileError(f"job file {str(path)!r}, key {key!r}: {first['msg']}") from None
+    except ValidationError as exc:  # worded as the job's own check words it
+        key, reason = file_key_problem(exc, loc=["autoscale", *exc.errors()[0]["loc"]])
+        raise JobFileError(f"job file {str(path)!r}, key {key!r}: {reason}") from None
 
 
 def _worker_bounds(autoscale: Autoscale) -> list[dict[str, Any]]:

@@ -240,6 +240,15 @@ def _classes(module: object, attr: str) -> list[type[BaseException]]:
     ]  # fmt: skip
 
 
+def file_key_problem(exc: Any, *, loc: list[Any] | None = None) -> tuple[str, str]:
+    """The first problem pydantic found in a file's keys (``exc``, a ValidationError):
+    the key, dotted (``loc`` in place of its own), and why ("unknown key" for a key the
+    schema does not have)."""
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in (first["loc"] if loc is None else loc)) or "(top level)"
+    return key, "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+
+
 def debugging() -> bool:
     """``--debug`` or ``SCORING_DEBUG=1``: tracebacks and the libraries' own error output
     are shown rather than the product's one line."""

@@ -15,7 +15,7 @@ import pytest
 
 import scoring
 from scoring._engines.ray import RayEngine
-from scoring._engines.scaling import Bounds, bundles_that_fit
+from scoring._engines.scaling import Autoscale, bundles_that_fit
 from scoring._engines.spark import SparkAllocation, SparkOptions
 from scoring.errors import DeadlineError, EngineError, JobFileError
 from scoring.jobs import _planner as planner
@@ -52,7 +52,7 @@ def test_bad_autoscale_tables_are_refused_in_one_line(
 
 def test_a_good_table_reads_as_its_bounds(tmp_path: Path) -> None:
     spec = load_job(_job_file(tmp_path, "[autoscale]\nmax_workers = 5\nwait = '90s'\n"))
-    assert spec.autoscale == Bounds(min_workers=1, max_workers=5, wait="90s")
+    assert spec.autoscale == Autoscale(min_workers=1, max_workers=5, wait="90s")
     assert spec.autoscale.wait_seconds == 90 and spec.autoscale.clamp(9) == 5
     assert load_job(_job_file(tmp_path, "")).autoscale is None
 
@@ -222,13 +222,13 @@ def test_too_few_joined_is_refused_naming_them(
     assert nodes.released.is_set()
 
 
-def replace_wait(spec: Any, wait: str) -> Bounds:
-    return Bounds(min_workers=spec.autoscale.min_workers,
+def replace_wait(spec: Any, wait: str) -> Autoscale:
+    return Autoscale(min_workers=spec.autoscale.min_workers,
                   max_workers=spec.autoscale.max_workers, wait=wait)  # fmt: skip
 
 
 def test_scaling_counts_granted_workers_up_to_those_requested() -> None:
-    record = Scaling({"CPU": 1.0}, Bounds(max_workers=4), began=0.0)
+    record = Scaling({"CPU": 1.0}, Autoscale(max_workers=4), began=0.0)
     record.events = [{"seconds": 0.0, "needed": 2, "requested": 2, "granted": 0},
                      {"seconds": 10.0, "needed": 2, "requested": 2, "granted": 3},
                      {"seconds": 20.0, "needed": 2, "requested": 2, "granted": 1}]  # fmt: skip
@@ -238,7 +238,7 @@ def test_scaling_counts_granted_workers_up_to_those_requested() -> None:
 
 def test_spark_gets_dynamic_allocation_within_the_bounds() -> None:
     allocation = SparkAllocation(SparkOptions(conf={"spark.executor.cores": "4"}),
-                                 bounds=Bounds(min_workers=2, max_workers=10))  # fmt: skip
+                                 bounds=Autoscale(min_workers=2, max_workers=10))  # fmt: skip
     assert allocation.shape == {"CPU": 4.0} and not allocation.observes
     allocation.request(6)
     assert allocation.granted() == 6

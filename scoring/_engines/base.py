@@ -51,7 +51,7 @@ from .._where import RowFilter
 from ..errors import ConfigError, EngineError, InputError, ScoringError
 from . import plan as plan_hooks
 from .plan import Hooks, RunPlan, ScoreSpec
-from .scaling import Autoscaler, Bounds
+from .scaling import Autoscale, Autoscaler
 from .target import check_apart, partitions_of, pinned, publisher_for
 
 __all__ = [
@@ -102,7 +102,7 @@ class Engine(Protocol):
     def workers(self, options: Any, *, device: str) -> int:
         """How many workers a run with ``options`` gets (for the planner)."""
 
-    def autoscaler(self, options: Any, *, device: str, bounds: Bounds) -> Autoscaler:
+    def autoscaler(self, options: Any, *, device: str, bounds: Autoscale) -> Autoscaler:
         """The cluster's workers requested within ``bounds`` (a job's ``[autoscale]``);
         an engine of one process refuses it (:class:`ConfigError`)."""
 

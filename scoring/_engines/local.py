@@ -42,7 +42,7 @@ from .._progress import RunProgress, StageClock
 from .._scorer import Scorer
 from ..errors import WRITE_FIX, ConfigError, translated, translating
 from .base import ModelSource, Run, Scored, job_options, register
-from .scaling import Autoscaler, Bounds
+from .scaling import Autoscale, Autoscaler
 
 __all__ = [
     "ENGINE", "FileFeed", "LocalEngine", "LocalOptions", "StageClock", "cpu_threads",
@@ -373,7 +373,7 @@ class LocalEngine:
     def workers(self, options: Any, *, device: str) -> int:
         return 1
 
-    def autoscaler(self, options: Any, *, device: str, bounds: Bounds) -> Autoscaler:
+    def autoscaler(self, options: Any, *, device: str, bounds: Autoscale) -> Autoscaler:
         raise ConfigError(
             "[autoscale] sizes a cluster and the local engine runs in one process; use "
             "engine 'ray' or 'spark'"

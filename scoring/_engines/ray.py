@@ -56,7 +56,7 @@ from .ray_cluster import (
     plan_workers,
 )
 from .ray_progress import Sender, following, row_counter
-from .scaling import Bounds
+from .scaling import Autoscale
 
 __all__ = ["ENGINE", "RAY_ATTEMPTS", "RayEngine", "RayOptions"]
 
@@ -201,8 +201,8 @@ class RayEngine:
             ray.cluster_resources(), device=device, reserve_reads=False, node_cpus=node_cpus()
         ).workers
 
-    def autoscaler(self, options: RayOptions, *, device: str, bounds: Bounds) -> RayAutoscaler:
-        return RayAutoscaler(options, device=device, bounds=bounds)
+    def autoscaler(self, options: RayOptions, *, device: str, bounds: Autoscale) -> RayAutoscaler:
+        return RayAutoscaler(options, device=device)  # the bounds are the plan's
 
     def run(
         self, run: Run, *, source: ModelSource, options: RayOptions, progress: RunProgress

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from .ray_cluster import CPU_WORKER_THREADS, GPU_WORKER_CPUS, connect
-from .scaling import Bounds, bundles_that_fit
+from .scaling import bundles_that_fit
 
 __all__ = ["RENEW_SECONDS", "RayAutoscaler"]
 
@@ -31,11 +31,11 @@ class RayAutoscaler:
     observes = True
     renew_seconds: float | None = RENEW_SECONDS
 
-    def __init__(self, options: Any, *, device: str, bounds: Bounds):
+    def __init__(self, options: Any, *, device: str):
         import ray
 
         connect(options.address)
-        self.given, self.bounds = options, bounds
+        self.given = options
         gpus = device.startswith("cuda") or (
             device == "auto" and float(ray.cluster_resources().get("GPU", 0)) > 0
         )
@@ -44,12 +44,10 @@ class RayAutoscaler:
             if gpus
             else {"CPU": options.num_cpus or float(CPU_WORKER_THREADS)}
         )
-        self.requested = 0
 
     def request(self, workers: int) -> None:
         from ray.autoscaler.sdk import request_resources
 
-        self.requested = workers
         request_resources(bundles=[dict(self.shape) for _ in range(workers)])
 
     def granted(self) -> int:
@@ -70,6 +68,5 @@ class RayAutoscaler:
         import ray
         from ray.autoscaler.sdk import request_resources
 
-        self.requested = 0
         if ray.is_initialized():
             request_resources(bundles=[])

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .._autoscale import Autoscale as Bounds
+from .._autoscale import Autoscale
 
-__all__ = ["Autoscaler", "Bounds", "bundles_that_fit"]
+__all__ = ["Autoscale", "Autoscaler", "bundles_that_fit"]
 
 
 class Autoscaler(Protocol):

@@ -46,7 +46,7 @@ from .base import (
 )
 from .placement import placement_only, scoring_device, worker_label
 from .plan import ScoreSpec
-from .scaling import Bounds
+from .scaling import Autoscale
 from .spark_errors import worker_errors
 
 __all__ = [
@@ -187,7 +187,7 @@ class SparkAllocation:
     observes = False
     renew_seconds: float | None = None
 
-    def __init__(self, options: SparkOptions, *, bounds: Bounds):
+    def __init__(self, options: SparkOptions, *, bounds: Autoscale):
         self.given, self.bounds = options, bounds
         self.shape = {"CPU": float(options.conf.get("spark.executor.cores", "1"))}
         self.requested = 0
@@ -246,7 +246,9 @@ class SparkEngine:
         session = local_session(options.master or "local[*]", conf=options.conf)
         return max(1, int(session.sparkContext.defaultParallelism))
 
-    def autoscaler(self, options: SparkOptions, *, device: str, bounds: Bounds) -> SparkAllocation:
+    def autoscaler(
+        self, options: SparkOptions, *, device: str, bounds: Autoscale
+    ) -> SparkAllocation:
         return SparkAllocation(options, bounds=bounds)
 
     def run(

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from .._bundle import Bundle
 from .._changes import Changes, Incremental
 from .._drift import ColumnProfile, Profile
-from .._engines import ENGINES, ModelSource, engine_named, options_for, resolve_model
+from .._engines import ENGINES, Engine, ModelSource, engine_named, options_for, resolve_model
 from .._engines.base import preview_changes
 from .._engines.local import dictionary_columns, parallel_calls
 from .._engines.placement import measured_on, placement_only
@@ -220,7 +220,7 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     key = f"{model.sha256}|{model.device}|{model.backend}|{model.strategy or '-'}|{__version__}"
     # The outputs written (contributions cost far more than scores) and the CPUs of one
     # worker change the pace too.
-    threads = _worker_cpus(spec)
+    threads = _worker_cpus(spec, engine)
     key += f"|{spec.outputs}" + (f"|{threads}cpu" if threads else "")
     rate, io_rate = cache.get(key)
     cached = rate is not None
@@ -242,9 +242,8 @@ def plan_and_model(spec: JobSpec, *, start: datetime | None = None) -> Planned:
     deadline = spec.deadline_at(start)
     available = (deadline - planning).total_seconds() if deadline else None
     needed = workers_needed(rows, rate=rate, seconds=available, fixed=fixed)
-    if spec.autoscale is not None and available is not None:
-        most = spec.autoscale.max_workers
-        workers = most if needed is None else max(workers, min(most, needed))
+    if spec.autoscale is not None and available is not None:  # no count of its own: the most
+        workers = spec.autoscale.clamp(spec.autoscale.max_workers if needed is None else needed)
     estimate = fixed + rows / (rate * workers)
     plan = Plan(
         job=spec.name, engine=spec.engine, device=_device(spec, str(model.device), timed_on),
@@ -271,9 +270,9 @@ def workers_needed(rows: int, *, rate: float, seconds: float | None, fixed: floa
     return max(1, math.ceil(rows / (rate * (seconds - fixed))))
 
 
-def _worker_cpus(spec: JobSpec) -> int | None:
+def _worker_cpus(spec: JobSpec, engine: Engine) -> int | None:
     """The CPUs of one worker of a cluster engine, where the job gives them."""
-    if engine_named(spec.engine).local or spec.resources.cpus is None:
+    if engine.local or spec.resources.cpus is None:
         return None
     return max(1, int(spec.resources.cpus))
 

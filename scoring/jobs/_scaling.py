@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .._engines import engine_named, options_for
-from .._engines.scaling import Autoscaler, Bounds
+from .._engines.scaling import Autoscale, Autoscaler
 from ..errors import DeadlineError, EngineError
 from ._planner import Plan, workers_needed
 from ._spec import JobSpec
@@ -46,7 +46,7 @@ class Scaling:
     """Needed, requested and granted workers over time, from the first request."""
 
     shape: dict[str, float]
-    bounds: Bounds
+    bounds: Autoscale
     began: float = field(default_factory=time.monotonic)
     events: list[dict[str, Any]] = field(default_factory=list)
     released: float | None = None
@@ -111,7 +111,6 @@ def scaled(
     holder: threading.Thread | None = None
     try:
         workers = _wait(scaler, plan, record, deadline=deadline, sleep=sleep)
-        plan.scaling = record.to_dict()
         if scaler.renew_seconds is not None:
             holder = threading.Thread(target=_hold, args=(scaler, record, stop), daemon=True,
                                       name="scoring-autoscale")  # fmt: skip
@@ -174,9 +173,8 @@ def _check(plan: Plan, record: Scaling, *, workers: int, left: float | None) -> 
         )
     if left is None:
         return
-    remaining = plan.startup_seconds + plan.commit_seconds
     pace = plan.rows_per_second * workers
-    estimate = remaining + plan.rows / pace if workers else math.inf
+    estimate = _fixed_left(plan) + plan.rows / pace if workers else math.inf
     if estimate <= left:
         return
     needed = last["needed"]
@@ -199,7 +197,13 @@ def _needed(plan: Plan, left: float | None) -> int | None:
     if left is None:
         return plan.workers
     return workers_needed(plan.rows, rate=plan.rows_per_second, seconds=left,
-                          fixed=plan.startup_seconds + plan.commit_seconds)  # fmt: skip
+                          fixed=_fixed_left(plan))  # fmt: skip
+
+
+def _fixed_left(plan: Plan) -> float:
+    """The fixed costs still ahead once the workers are there: the engine's start and
+    the commit (the listing and the compile were spent planning)."""
+    return plan.startup_seconds + plan.commit_seconds
 
 
 def _hold(scaler: Autoscaler, record: Scaling, stop: threading.Event) -> None:

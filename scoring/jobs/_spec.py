@@ -101,7 +101,7 @@ from .._registry import root_url
 from .._stores import StoreConfig, store_config
 from .._when import parse_deadline, parse_duration, run_date, zone
 from .._where import RowFilter
-from ..errors import ConfigError, JobFileError
+from ..errors import ConfigError, JobFileError, file_key_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -430,9 +430,7 @@ def load_job(path: str | os.PathLike[str]) -> JobSpec:
     try:
         return _anchored(JobSpec.model_validate(_expanded(data, file=file, key="")), file)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        key, reason = file_key_problem(exc)
         raise JobFileError(f"job file {str(file)!r}, key {key!r}: {reason}") from exc
 
 
