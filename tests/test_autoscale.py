@@ -6,10 +6,10 @@ The head is started here with a configuration of our own, its own temporary fold
 port, and ended by signal (not ``ray.cluster_utils.AutoscalingCluster``, whose start and
 shutdown run ``ray stop --force``, ending every Ray on the machine, and which reads an
 example configuration the wheel does not ship).  Each node the autoscaler starts is put
-in a cgroup of its own capped at :data:`NODE_CPU` of a CPU, and ``scoring run`` in one
-capped the same, each weighted above everything else on the machine: a node's pace is
-then the same whether one or three run, on two cores, busy or not, and the planner's rate
-per worker (measured in ``scoring run``) is a node's.
+in a cgroup of its own capped at :data:`NODE_CPU` of a CPU, and ``scoring`` in one capped
+the same, all of them and the head's daemons under one parent weighted at the kernel's
+maximum: a node's pace is then the same whether one or three run, on two cores, busy or
+not, and the planner's rate per worker (measured by ``scoring plan``) is a node's.
 
 The jobs are sized from the product's own plan (``scoring plan`` of the same job): a
 window that one worker cannot meet and three can; one that even the maximum cannot;
@@ -37,7 +37,7 @@ import pytest
 
 import scoring
 
-from .test_ray_cluster import _end_sessions, _ray
+from .test_ray_cluster import _end_sessions, _members, _ray
 from .test_score_parquet import write_input
 
 pytest.importorskip("ray")
@@ -47,6 +47,7 @@ CGROUPS = Path("/sys/fs/cgroup/cpu")
 #: A node's share of a CPU: three nodes and ``scoring run`` fit in two cores.
 NODE_CPU = 0.45
 NODE_TYPE_MAX = 3
+MAX_SHARES = 262144  # cgroup v1's largest cpu.shares
 
 
 def _cgroups_writable() -> bool:
@@ -73,20 +74,31 @@ class _Caps:
     def __init__(self, root: Path):
         self.root = root
         root.mkdir()
+        # The weight that counts is the parent's: it competes with every busy thread
+        # outside it (the suite's other process, CPU hogs), each weighted 1024.  At the
+        # kernel's maximum it gets what its groups ask for, which is less than the two
+        # cores (their caps), so that a cap is also what a node gets on a busy machine.
+        (root / "cpu.shares").write_text(str(MAX_SHARES))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
-    def group(self, name: str) -> Path:
+    def group(self, name: str, *, capped: bool = True) -> Path:
+        """The group ``name`` under the parent, capped at NODE_CPU unless not
+        ``capped`` (the head's daemons: little work, but the nodes wait on it)."""
         folder = self.root / name
         if not folder.exists():
             folder.mkdir()
-            (folder / "cpu.cfs_period_us").write_text("100000")
-            (folder / "cpu.cfs_quota_us").write_text(str(int(NODE_CPU * 100000)))
-            # Ten times the weight of anything else, so that the cap is also what the
-            # group gets on a busy machine (the suite's other process, CPU hogs): the
-            # groups together ask for less than the two cores.
-            (folder / "cpu.shares").write_text("10240")
+            if capped:
+                (folder / "cpu.cfs_period_us").write_text("100000")
+                (folder / "cpu.cfs_quota_us").write_text(str(int(NODE_CPU * 100000)))
         return folder
+
+    def adopt(self, name: str, pids: list[int]) -> None:
+        """Move the processes ``pids`` (every thread of each) into group ``name``."""
+        procs = self.group(name, capped=False) / "cgroup.procs"
+        for pid in pids:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                procs.write_text(str(pid))
 
     def _watch(self) -> None:
         while not self.stop.wait(0.1):
@@ -152,6 +164,9 @@ def autoscaling_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
                              "--node-ip-address=127.0.0.1", "--include-dashboard=false",
                              f"--temp-dir={temp}", f"--autoscaling-config={config}",
                              "--disable-usage-stats", env=env))  # fmt: skip
+        # The head's daemons (and the autoscaler's nodes, until the watcher moves them)
+        # in the weighted parent too: the nodes' scheduling waits on them.
+        caps.adopt("head", _members(set(sessions)))
         yield {"address": f"127.0.0.1:{port}", "caps": caps}
     finally:
         ray.shutdown()
