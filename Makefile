@@ -100,8 +100,9 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/compile_throughput.py
 
-# The peers a user would pick instead (oneDAL, lleaves, treelite/tl2cgen, ONNX Runtime)
-# in an environment of their own: never the product's dependencies.
+# The CPU league table: the peers a user would pick instead (oneDAL, lleaves,
+# treelite/tl2cgen, ONNX Runtime, snapml, Hummingbird) in an environment of their own:
+# never the product's dependencies.
 PEERS_VENV := .venv-peers
 $(PEERS_VENV)/.installed: pyproject.toml benchmarks/peers.txt
 	$(PYTHON) -m venv $(PEERS_VENV)
