@@ -193,9 +193,7 @@ def _lleaves(recipe: Recipe, model: Any, tmp: Path) -> tuple[Predict, str]:
         raise NotImplementedError("LightGBM only")
     import lleaves
 
-    path = tmp / "model.txt"
-    model.booster_.save_model(path)
-    compiled = lleaves.Model(model_file=str(path))
+    compiled = lleaves.Model(model_file=str(_saved(recipe, model, tmp)))
     compiled.compile(cache=str(tmp / "lleaves.o"))
     return lambda A: positive(compiled.predict(A)), ""
 

@@ -93,9 +93,10 @@ class _Caps:
                 (folder / "cpu.cfs_quota_us").write_text(str(int(NODE_CPU * 100000)))
         return folder
 
-    def adopt(self, name: str, pids: list[int]) -> None:
-        """Move the processes ``pids`` (every thread of each) into group ``name``."""
-        procs = self.group(name, capped=False) / "cgroup.procs"
+    def adopt(self, name: str, pids: list[int], *, capped: bool = False) -> None:
+        """Move the processes ``pids`` into group ``name``: through cgroup.procs, not
+        tasks, so that every thread of each moves, not one."""
+        procs = self.group(name, capped=capped) / "cgroup.procs"
         for pid in pids:
             with contextlib.suppress(OSError):  # ended meanwhile
                 procs.write_text(str(pid))
@@ -118,11 +119,7 @@ class _Caps:
                 except (OSError, IndexError, ValueError):
                     continue
             for pid, node in nodes.items():
-                # cgroup.procs, not tasks: every thread of the process moves, not one.
-                tasks = self.group(f"node-{node[-5:]}") / "cgroup.procs"
-                for member in _tree(pid, children):
-                    with contextlib.suppress(OSError):
-                        tasks.write_text(str(member))
+                self.adopt(f"node-{node[-5:]}", _tree(pid, children), capped=True)
 
     def close(self) -> None:
         self.stop.set()
