@@ -116,7 +116,7 @@ def prepare(X: Any, forest: Forest, *, leaves: bool = False,
         named = _pandas_columns(X, forest) if isinstance(X, pd.DataFrame) else (
             _arrow_columns(X, forest))  # fmt: skip
         cols = _as_columns(named, forest)
-        _check_values(cols, forest, _input_labels(X, forest), leaves=leaves)
+        _check_values(cols, forest, X, leaves=leaves)
         return cols
     if isinstance(X, torch.Tensor):
         mat: Matrix = _from_torch(X, forest)
@@ -131,7 +131,7 @@ def prepare(X: Any, forest: Forest, *, leaves: bool = False,
     for j, fill in forest.fill_missing.items():  # a Pipeline's SimpleImputer
         column = mat[:, j]
         column[_isnan(column)] = fill
-    _check_values(mat, forest, _input_labels(X, forest), leaves=leaves)
+    _check_values(mat, forest, X, leaves=leaves)
     return mat
 
 
@@ -452,15 +452,17 @@ def _target_dtype(dtypes: Sequence[np.dtype], forest: Forest) -> type:
 # -- the values the native predictor refuses -----------------------------------------
 
 
-def _check_values(mat: Matrix | Columns, forest: Forest, labels: list[str], *,
-                  leaves: bool) -> None:  # fmt: skip
+def _check_values(mat: Matrix | Columns, forest: Forest, X: Any, *, leaves: bool) -> None:
+    """Raises naming the first column of ``mat`` (read from ``X``) holding a value native
+    refuses; the columns' labels are made only then (a one-row call would spend more on
+    them than on its walk)."""
     for what, counts, reason in _refusals(mat, forest, leaves=leaves):
         if counts is None:  # the common case: one pass, no per-column counts
             continue
         cols = [j for j in range(forest.n_features) if int(counts[j]) > 0]
         j = cols[0]
         raise InvalidValueError(
-            f"feature column {labels[j]!r} has {int(counts[j])} {what} value(s) "
+            f"feature column {_input_labels(X, forest)[j]!r} has {int(counts[j])} {what} value(s) "
             f"({len(cols)} column(s) affected), which {forest.described} refuses "
             f"({reason}): clean or impute them before scoring"
         )

@@ -8,11 +8,13 @@ words (compact and full); and the eager walk's leaf ids, from walk.cpp itself.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,11 @@ def _schedules(depth: int) -> list[Schedule]:
     the top, both paths, the smallest and largest blocks (300 rows: short last blocks),
     and on the vector path the levels below the top by vectors and by rows."""
     tops = sorted({0, 1, min(depth, 10), min(depth + 1, 10)})
-    return [Schedule(top, uniform, block, vector, below_rows)
-            for top in tops for uniform in (0, 2, 6) for block in (16, 256)
-            for vector, below_rows in ((False, False), (True, False), (True, True))]  # fmt: skip
+    by_blocks = [Schedule(top, uniform, block, vector, below_rows)
+                 for top in tops for uniform in (0, 2, 6) for block in (16, 256)
+                 for vector, below_rows in ((False, False), (True, False), (True, True))]  # fmt: skip
+    # every row of the call by trees (the vector path's few-row calls), any top
+    return by_blocks + [Schedule(top, 0, 16, True, few=1 << 20) for top in tops]  # fmt: skip
 
 
 def _inputs(forest: Forest) -> list[torch.Tensor]:
@@ -99,10 +103,12 @@ def test_every_schedule_gives_the_eager_walks_sums_bit_for_bit(name: str) -> Non
             x = eager._snapped(x)
             start = eager._start(x).contiguous()
             expected = eager._sums(x).numpy()
+            columns = Columns([np.ascontiguousarray(c) for c in x.numpy().T])
             for schedule in _schedules(stage.max_depth):
-                for compact in (True, False):
-                    got = _sums(walk, schedule, x, start, compact=compact)
-                    where = f"{name} {schedule} compact={compact} {x.dtype}"
+                batches = (x, columns) if schedule.few else (x,)  # rows copied row by row
+                for compact, batch in itertools.product((True, False), batches):
+                    got = _sums(walk, schedule, batch, start, compact=compact)
+                    where = f"{name} {schedule} compact={compact} {x.dtype} {type(batch)}"
                     np.testing.assert_array_equal(got, expected, err_msg=where)
             leaves = eager.leaf_ids(x).numpy()  # leaf ids: walk.cpp's own, at every top
             for top in sorted({s.top_depth for s in _schedules(stage.max_depth)}):
@@ -136,6 +142,30 @@ def test_wide_rows_transposed_in_registers_give_the_columns_sums_bit_for_bit() -
             for count in (203, 8, 7):
                 got = _sums(walk, schedule, batch[:count], start[:count], compact=True)
                 np.testing.assert_array_equal(got, expected[:count], err_msg=f"{schedule}")
+
+
+def test_few_rows_by_trees_read_a_nan_in_a_feature_no_node_reads_as_nothing() -> None:
+    """A call of few rows gathers every tree's node values from the row itself, and a
+    leaf reads feature 0: NaN there, where no node tests feature 0, must leave every
+    leaf where it is (the row's NaN test covers feature 0 for that reason)."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(2)
+    train = rng.normal(size=(2_000, 6)).astype(np.float32)
+    train[:, 0] = 1.0  # constant: no split reads it
+    model = xgb.XGBRegressor(n_estimators=40, max_depth=4, n_jobs=1)
+    forest = scoring._frameworks.import_model(model.fit(train, train[:, 1] - train[:, 2]))
+    walk = GenericWalk(forest, acc=torch.float32, schedule=Schedule(2, 0, 16, True, few=64))
+    assert 0 not in walk._linked["used"]
+    rows = rng.normal(size=(9, 6)).astype(np.float32)
+    rows[:, 0] = np.nan
+    eager = _eager(forest)
+    x = torch.from_numpy(rows)
+    expected = eager._sums(x).numpy()
+    for batch in (x, Columns([np.ascontiguousarray(c) for c in rows.T])):
+        got = _sums(walk, walk.schedule, batch, eager._start(x).contiguous(), compact=True)
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_allclose(expected[:, 0], model.predict(rows), rtol=1e-5, atol=1e-5)
 
 
 def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
@@ -205,7 +235,7 @@ def test_an_sdk_call_walks_on_the_callers_threads_and_links_on_one(
         assert torch.get_num_threads() == 2 and generic._walk_threads() == 2
         torch.set_num_threads(1)
         np.testing.assert_array_equal(cm.predict_proba(rows), probabilities)
-        assert spread[-1] == 1
+        assert spread == [2]  # on one thread: one call, nothing spread
     finally:
         torch.set_num_threads(threads)
 
@@ -214,11 +244,13 @@ def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
     model, forest, native = built("lgb_clf")
     cm = scoring.compile(model, backend="tensor", device="cpu", strategy="fused")
     walk = cm.implementation.module.kernel.walk
-    assert walk.timings and walk.schedule == min(walk.timings, key=walk.timings.__getitem__)
+    fastest = min(walk.timings, key=walk.timings.__getitem__)
     s = walk.schedule
+    assert walk.timings and s == replace(fastest, few=s.few) and s.few >= 1  # then its few
+    assert walk.chunk_rows == generic._chunk_rows(walk.timings[fastest])  # from its timing
     assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
                             "fused.block": s.block, "fused.vector": float(s.vector),
-                            "fused.below_rows": float(s.below_rows),
+                            "fused.below_rows": float(s.below_rows), "fused.few": s.few,
                             "fused.chunk_rows": float(walk.chunk_rows)}  # fmt: skip
     assert s.described() in cm.strategy_reason
     rows = probe_rows(forest, n_rows=500, seed=8)

@@ -140,8 +140,9 @@ class TensorBackend:
 
     @torch.inference_mode()
     def values(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
-        with self._walk_apart():
-            return transform(self.forest, self.margins(mat)).cpu().numpy()
+        with self._walk_apart():  # margins' own context, entered once (one-row calls)
+            margins = self.module(self._kernel_input(mat))
+            return transform(self.forest, margins).cpu().numpy()
 
     def _walk_apart(self) -> contextlib.AbstractContextManager[None]:
         """Where the kernel is walk.cpp, which spreads rows over threads of its own: torch's

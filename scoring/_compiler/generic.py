@@ -102,17 +102,21 @@ class Schedule:
     block: int
     vector: bool
     below_rows: bool = False
+    #: On the AVX2 path, a call of at most this many rows walks each row through eight
+    #: trees at once (lanes over trees, not over rows).
+    few: int = 0
 
     def described(self) -> str:
         path = f"AVX2, {self.uniform} levels node by node" if self.vector else "scalar"
         path += ", below the top row by row" if self.below_rows else ""
+        path += f", calls of up to {self.few} rows by trees" if self.vector and self.few else ""
         return f"top {self.top_depth} levels heap-ordered, {self.block}-row blocks, {path}"
 
     def selection(self) -> dict[str, float]:
         """The schedule as numbers, for :attr:`CompiledModel.selection`."""
         return {"fused.top_depth": self.top_depth, "fused.uniform": self.uniform,
                 "fused.block": self.block, "fused.vector": float(self.vector),
-                "fused.below_rows": float(self.below_rows)}  # fmt: skip
+                "fused.below_rows": float(self.below_rows), "fused.few": self.few}  # fmt: skip
 
 
 class _WalkTables:
@@ -136,7 +140,7 @@ class _WalkTables:
             threshold=a["thr" + precision].ctypes.data,
             top_threshold=a["top_thr" + precision].ctypes.data,
             zero=ZERO_THRESHOLD[torch.float64 if x64 else torch.float32],
-            n_used=int(a["used"].size),
+            n_used=int(a["used"].size), width=a["child"].size // max(forest.n_trees, 1),
         )  # fmt: skip
         for field, name in _POINTERS.items():
             setattr(struct, field, a[name].ctypes.data if name in a else None)
@@ -251,7 +255,8 @@ class GenericWalk:
         top = self.schedule.top_depth
         self.tables = self._measured.get(top) or self.tables_for(top)
         self._measured.clear()
-        self.chunk_rows = _chunk_rows(self.timings.get(self.schedule))
+        # timed on the probe rows in blocks: the schedule before its few-row size
+        self.chunk_rows = _chunk_rows(self.timings.get(replace(self.schedule, few=0)))
 
     def tables_for(self, top_depth: int) -> _WalkTables:
         return _WalkTables(self._forest, self._linked, top_depth)
@@ -284,7 +289,7 @@ class GenericWalk:
         struct = ctypes.byref(tables.structs[x64])
         args = (int(x64), int(self.acc == torch.float64), self.zero, self.cat)
         options = (schedule.block, schedule.uniform, int(schedule.vector),
-                   int(schedule.below_rows))  # fmt: skip
+                   int(schedule.below_rows), schedule.few)  # fmt: skip
         if isinstance(rows, Columns):
             pointers = (ctypes.c_void_p * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
 
@@ -300,7 +305,7 @@ class GenericWalk:
 
         n = len(rows)
         chunks = -(-n // self.chunk_rows)
-        workers = min(_walk_threads(), chunks) if threads else 1
+        workers = min(_walk_threads(), chunks) if threads and chunks > 1 else 1
         step = self.chunk_rows if workers > 1 else max(n, 1)  # chunks only to share the rows
 
         def chunk(first: int) -> None:
@@ -308,7 +313,10 @@ class GenericWalk:
             if call(first, min(step, n - first), out_at) != 0:
                 raise CompileError(f"strategy 'fused': the kernel refused {schedule}")
 
-        _spread(chunk, range(0, n, step), workers)
+        if workers == 1:  # one call (a one-row call would spend more on spreading it)
+            chunk(0)
+        else:
+            _spread(chunk, range(0, n, step), workers)
 
     @staticmethod
     def _input(x: torch.Tensor | Columns) -> tuple[np.ndarray | Columns, bool]:
@@ -372,7 +380,39 @@ def choose_schedule(walk: GenericWalk) -> Schedule:
     best = _fastest(walk, [best, *(replace(best, block=b) for b in (64, 256))], rows, out)
     if vector and forest.max_depth > best.top_depth:  # below the top: vectors or rows
         best = _fastest(walk, [best, replace(best, below_rows=True)], rows, out)
-    return best
+    return replace(best, few=_few_rows(walk, best, rows, out)) if vector else best
+
+
+#: Call sizes tried by trees (lanes over trees) against blocks, in turn while trees win.
+_FEW_SIZES = (4, 8, 16, 32, 64, 128)
+
+
+def _few_rows(walk: GenericWalk, schedule: Schedule, rows: np.ndarray, out: np.ndarray) -> int:
+    """The largest call size up to which rows walked eight trees at once beat blocks of
+    rows (a block's top levels cost as much for one row as for 256); 1 at least, where
+    trees always win (a call of one row leaves seven of a block's eight lanes empty)."""
+    table = walk._measured[schedule.top_depth]
+    by_trees = replace(schedule, few=_FEW_SIZES[-1])
+    few = 1
+    for size in _FEW_SIZES:
+        seconds = {}
+        for candidate in (schedule, by_trees):
+            walk.run(table, candidate, rows[:size], False, out[:size], threads=False)  # warm
+            seconds[candidate] = min(_timed(walk, table, candidate, rows[:size], out[:size])
+                                     for _ in range(3))  # fmt: skip
+        if seconds[by_trees] >= seconds[schedule]:
+            break
+        few = size
+    return few
+
+
+def _timed(walk: GenericWalk, table: _WalkTables, schedule: Schedule, rows: np.ndarray,
+           out: np.ndarray) -> float:  # fmt: skip
+    """Seconds of four calls over ``rows`` on one thread."""
+    begin = time.perf_counter()
+    for _ in range(4):
+        walk.run(table, schedule, rows, False, out, threads=False)
+    return time.perf_counter() - begin
 
 
 def _fastest(walk: GenericWalk, candidates: list[Schedule], rows: np.ndarray,

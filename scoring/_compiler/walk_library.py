@@ -43,6 +43,7 @@ class Tables(ctypes.Structure):
         ("cat_unknown_left", _P), ("bits_left", _P), ("bits_known", _P),
         ("words", ctypes.c_int32), ("cat_check_before_trunc", ctypes.c_int32),
         ("zero", ctypes.c_double), ("used", _P), ("n_used", ctypes.c_int64),
+        ("width", ctypes.c_int64),
     ]  # fmt: skip
 
 
@@ -131,12 +132,12 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.walk_score.restype = ctypes.c_int32
     lib.walk_score.argtypes = [
         ctypes.POINTER(Tables), *[ctypes.c_int32] * 4, _P, ctypes.c_int64, _P,
-        *[ctypes.c_int32] * 4,
+        *[ctypes.c_int32] * 5,
     ]  # fmt: skip
     lib.walk_score_columns.restype = ctypes.c_int32
     lib.walk_score_columns.argtypes = [
         ctypes.POINTER(Tables), *[ctypes.c_int32] * 4, ctypes.POINTER(_P), ctypes.c_int64,
-        ctypes.c_int64, _P, *[ctypes.c_int32] * 4,
+        ctypes.c_int64, _P, *[ctypes.c_int32] * 5,
     ]  # fmt: skip
     lib.walk_leaf_ids.restype = ctypes.c_int32
     lib.walk_leaf_ids.argtypes = [
