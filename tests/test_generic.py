@@ -28,7 +28,7 @@ import scoring
 from scoring._backends import tensor as tensor_backend
 from scoring._compiler import compile_forest, generic
 from scoring._compiler.generic import GenericWalk, Schedule, torch_on_caller
-from scoring._compiler.walk_library import _library_root
+from scoring._compiler.walk_library import _cpu_flags, _library_root
 from scoring._inputs import Columns
 from scoring._ir import Forest
 from scoring._parity import probe_rows
@@ -62,11 +62,15 @@ def _sums(
 def _schedules(depth: int) -> list[Schedule]:
     """Tops from none to past the deepest tree, node-by-node levels from none to past
     the top, both paths, the smallest and largest blocks (300 rows: short last blocks),
-    and on the vector path the levels below the top by vectors and by rows."""
+    and on the vector path the levels below the top by vectors, by rows and by rows
+    packed in vectors (AVX-512VL builds; row by row elsewhere), each with the top eight
+    and sixteen rows per vector (AVX-512 builds; eight elsewhere)."""
     tops = sorted({0, 1, min(depth, 10), min(depth + 1, 10)})
-    by_blocks = [Schedule(top, uniform, block, vector, below_rows)
+    by_blocks = [Schedule(top, uniform, block, vector, below_rows, packed, wide=wide)
                  for top in tops for uniform in (0, 2, 6) for block in (16, 256)
-                 for vector, below_rows in ((False, False), (True, False), (True, True))]  # fmt: skip
+                 for vector, below_rows, packed in ((False, False, False), (True, False, False),
+                                                    (True, True, False), (True, True, True))
+                 for wide in ((False, True) if vector else (False,))]  # fmt: skip
     # every row of the call by trees (the vector path's few-row calls), any top
     return by_blocks + [Schedule(top, 0, 16, True, few=1 << 20) for top in tops]  # fmt: skip
 
@@ -168,6 +172,16 @@ def test_few_rows_by_trees_read_a_nan_in_a_feature_no_node_reads_as_nothing() ->
     np.testing.assert_allclose(expected[:, 0], model.predict(rows), rtol=1e-5, atol=1e-5)
 
 
+def test_the_avx512_paths_are_built_where_the_cpu_has_them() -> None:
+    """The packed walk below the top (AVX-512VL) and the top sixteen rows per vector
+    (AVX-512F) are compiled only for those: where this CPU has them, the schedules above
+    run them (elsewhere they run the row-by-row walk and eight rows per vector twice)."""
+    walk = GenericWalk(built("xgb_clf")[1], acc=torch.float32, schedule=Schedule(2, 0, 16, True))
+    flags = _cpu_flags().split()
+    assert walk.packs == ("avx512vl" in flags and walk.vector_lanes > 0)
+    assert walk.wide_lanes == (16 if "avx512f" in flags and walk.vector_lanes > 0 else 0)
+
+
 def test_float64_rows_of_float32_values_take_the_float32_path() -> None:
     forest = built("lgb_zero_missing")[1]
     assert forest.input_dtype == "float64"
@@ -250,7 +264,9 @@ def test_the_schedule_is_measured_and_recorded(tmp_path: Path) -> None:
     assert walk.chunk_rows == generic._chunk_rows(walk.timings[fastest])  # from its timing
     assert cm.selection == {"fused.top_depth": s.top_depth, "fused.uniform": s.uniform,
                             "fused.block": s.block, "fused.vector": float(s.vector),
-                            "fused.below_rows": float(s.below_rows), "fused.few": s.few,
+                            "fused.below_rows": float(s.below_rows),
+                            "fused.packed": float(s.packed), "fused.few": s.few,
+                            "fused.wide": float(s.wide),
                             "fused.chunk_rows": float(walk.chunk_rows)}  # fmt: skip
     assert s.described() in cm.strategy_reason
     rows = probe_rows(forest, n_rows=500, seed=8)

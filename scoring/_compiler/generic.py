@@ -42,13 +42,31 @@ Later, on an AVX-512 host (Zen 4, one core, 20k rows, in alternation in one proc
 * not kept: reading row-major rows in place, without the block (2,000 features:
   41 -> 88 ms; the node-by-node levels become gathers from rows 8 KB apart).
 
+Later still, on an Intel Xeon with AVX-512 (one core, 20k rows, in alternation, every
+variant bit for bit the one before):
+
+* below the top, the rows still walking packed into vectors after each level by
+  AVX-512VL's compress (the packing Zen 3 paid for in blends, above), and the rows the
+  top left on a leaf never entering: LightGBM 113k -> 165k;
+* the top levels sixteen rows per vector, the tests as masks (AVX-512F): XGBoost
+  347k -> 603k, the forest 285k -> 440k, LightGBM 167k -> 210k, and 271k with the
+  packed walk below sixteen rows per vector too;
+* the leaves added sixteen rows per vector (eight doubles): XGBoost 598k -> 660k; a
+  forest's two class fractions added as one pair per row: 449k -> 535k;
+* a call of a few rows walks each row through eight trees at once (lanes over trees,
+  up to a call size measured per model): one row of XGBoost 500x8, 68 -> 15 us;
+* not kept: the eight-row top's lookups from 512-bit registers (one permute among 32
+  entries): no faster, the gathers of the rows' values bound those levels.
+
 The library is built once per machine (:mod:`.walk_library`); the forest's tables are
 laid out by :mod:`.layout`.
 
 How a forest is laid out and walked is chosen per model by measurement
-(:func:`choose_schedule`): how many top levels are a heap-ordered complete tree, how
-many of those are tested node by node for eight rows at once, and rows per block; the
-scalar path where the vector one does not apply (categorical splits, float64 values).
+(:func:`choose_schedule`): how many top levels are a heap-ordered complete tree, eight
+or sixteen rows per vector there and how many of those levels are tested node by node,
+rows per block, how the rows go on below the top, and up to how many rows a call goes
+by trees; the scalar path where the vector one does not apply (categorical splits,
+float64 values).
 The choice is recorded in :attr:`CompiledModel.selection` and the strategy's reason,
 which a job's report carries.
 """
@@ -102,13 +120,22 @@ class Schedule:
     block: int
     vector: bool
     below_rows: bool = False
+    #: Below the top by rows, the rows still walking packed into vectors after each level
+    #: (where the kernel was built with AVX-512VL; elsewhere row by row).
+    packed: bool = False
     #: On the AVX2 path, a call of at most this many rows walks each row through eight
     #: trees at once (lanes over trees, not over rows).
     few: int = 0
+    #: On the AVX2 path, the top levels sixteen rows per vector (AVX-512 builds; eight
+    #: elsewhere).
+    wide: bool = False
 
     def described(self) -> str:
-        path = f"AVX2, {self.uniform} levels node by node" if self.vector else "scalar"
-        path += ", below the top row by row" if self.below_rows else ""
+        lanes = "AVX-512, the top 16 rows per vector" if self.wide else "AVX2"
+        path = f"{lanes}, {self.uniform} levels node by node" if self.vector else "scalar"
+        if self.below_rows:
+            path += ", below the top by rows packed in vectors" if self.packed else (
+                ", below the top row by row")  # fmt: skip
         path += f", calls of up to {self.few} rows by trees" if self.vector and self.few else ""
         return f"top {self.top_depth} levels heap-ordered, {self.block}-row blocks, {path}"
 
@@ -116,7 +143,8 @@ class Schedule:
         """The schedule as numbers, for :attr:`CompiledModel.selection`."""
         return {"fused.top_depth": self.top_depth, "fused.uniform": self.uniform,
                 "fused.block": self.block, "fused.vector": float(self.vector),
-                "fused.below_rows": float(self.below_rows), "fused.few": self.few}  # fmt: skip
+                "fused.below_rows": float(self.below_rows), "fused.packed": float(self.packed),
+                "fused.few": self.few, "fused.wide": float(self.wide)}  # fmt: skip
 
 
 class _WalkTables:
@@ -242,6 +270,8 @@ class GenericWalk:
         self.zero = int(forest.has_missing_zero)
         self.cat = int(forest.has_categorical)
         self.vector_lanes = int(self.lib.walk_vector_lanes())
+        self.packs = bool(self.lib.walk_packs())
+        self.wide_lanes = int(self.lib.walk_wide_lanes())
         np_acc = np.float64 if acc == torch.float64 else np.float32
         self._linked = linked_tables(forest, np.dtype(np_acc))
         self._forest = forest
@@ -289,7 +319,8 @@ class GenericWalk:
         struct = ctypes.byref(tables.structs[x64])
         args = (int(x64), int(self.acc == torch.float64), self.zero, self.cat)
         options = (schedule.block, schedule.uniform, int(schedule.vector),
-                   int(schedule.below_rows), schedule.few)  # fmt: skip
+                   2 if schedule.packed else int(schedule.below_rows), schedule.few,
+                   int(schedule.wide))  # fmt: skip
         if isinstance(rows, Columns):
             pointers = (ctypes.c_void_p * rows.shape[1])(*(a.ctypes.data for a in rows.arrays))
 
@@ -357,8 +388,9 @@ _PROBE_ROWS = 512
 
 def choose_schedule(walk: GenericWalk) -> Schedule:
     """The fastest of a few schedules on probe rows, on one thread, greedily: the top's
-    depth and its node-by-node levels at 128-row blocks, then the block size, then (on
-    the vector path, where trees go deeper than the top) the levels below it by rows."""
+    depth, its rows per vector and its node-by-node levels at 128-row blocks, then the
+    block size, then (on the vector path, where trees go deeper than the top) the levels
+    below it by rows or by rows packed in vectors, then the few-row call size."""
     from .._parity import probe_rows  # the parity module imports the compiler
 
     forest = walk._forest
@@ -370,16 +402,20 @@ def choose_schedule(walk: GenericWalk) -> Schedule:
     vector = walk.vector_lanes > 0 and not walk.cat
     if not vector:  # the scalar path has no node-by-node levels
         candidates = [Schedule(top, 0, 128, False) for top in tops]
-    else:
+    else:  # 16 rows per vector test fewer levels node by node (a gather serves 16)
+        widths = [False, True] if walk.wide_lanes else [False]
         candidates = [
-            Schedule(top, u, 128, True)
+            Schedule(top, u, 128, True, wide=wide)
             for top in tops
-            for u in sorted({min(u, top) for u in (3, 4, 5)})
+            for wide in widths
+            for u in sorted({min(u, top) for u in ((1, 2, 3) if wide else (3, 4, 5))})
         ]
     best = _fastest(walk, candidates, rows, out)
     best = _fastest(walk, [best, *(replace(best, block=b) for b in (64, 256))], rows, out)
     if vector and forest.max_depth > best.top_depth:  # below the top: vectors or rows
-        best = _fastest(walk, [best, replace(best, below_rows=True)], rows, out)
+        below = [replace(best, below_rows=True)]
+        below += [replace(best, below_rows=True, packed=True)] if walk.packs else []
+        best = _fastest(walk, [best, *below], rows, out)
     return replace(best, few=_few_rows(walk, best, rows, out)) if vector else best
 
 

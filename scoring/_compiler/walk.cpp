@@ -22,12 +22,19 @@
 // Rows come row-major (walk_score) or as one array per feature (walk_score_columns:
 // a batch's Arrow columns as they were read, so the host never transposes it).  The
 // vector path copies a block of the features the forest reads into its own
-// feature-major block, from either.
+// feature-major block, from either, and walks it eight rows per vector (AVX2) or, in
+// the top, sixteen (AVX-512); below the top by vectors, row by row, or with the rows
+// still walking packed into vectors after each level (AVX-512VL).  A call of a few
+// rows walks each row through eight trees at once instead (lanes over trees).
+// Which of these, per model, the schedule says (generic.py measures it).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -102,8 +109,9 @@ struct Options {
   int32_t block;       // rows per block: a power of two, 16 to 256
   int32_t uniform;     // top levels tested node by node (vector path)
   int32_t vector;      // 1: the AVX2 path where it applies
-  int32_t below_rows;  // 1: below the top row by row (vector path)
+  int32_t below;       // below the top (vector path): 0 by vectors, 1 row by row, 2 packed
   int32_t few;         // calls of at most this many rows go row by row, lanes over trees
+  int32_t wide;        // 1: the top levels sixteen rows per vector (AVX-512 builds)
 };
 
 // -- scalar: any input type, categorical nodes ------------------------------------------
@@ -133,16 +141,51 @@ inline int32_t goes_right(const Tables& f, int32_t n, int32_t pk, X v, X t) {
   return 1 - left;
 }
 
+#if defined(__AVX512F__)
+// out[r] += value[slot[r]] for rows [0, rows): the same additions, vectors of rows.
+inline void add_leaves16(const float* value, const int32_t* slot, int32_t rows, float* out) {
+  for (int32_t r = 0; r < rows; r += 16) {
+    const __mmask16 m = rows - r >= 16 ? 0xffff : static_cast<__mmask16>((1u << (rows - r)) - 1);
+    __m512i idx = _mm512_maskz_loadu_epi32(m, slot + r);
+    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, value, 4);
+    _mm512_mask_storeu_ps(out + r, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + r), v));
+  }
+}
+
+inline void add_leaves16(const double* value, const int32_t* slot, int32_t rows, double* out) {
+  for (int32_t r = 0; r < rows; r += 8) {
+    const __mmask8 m = rows - r >= 8 ? 0xff : static_cast<__mmask8>((1u << (rows - r)) - 1);
+    __m256i idx = _mm256_maskz_loadu_epi32(m, slot + r);
+    __m512d v = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), m, idx, value, 8);
+    _mm512_mask_storeu_pd(out + r, m, _mm512_add_pd(_mm512_maskz_loadu_pd(m, out + r), v));
+  }
+}
+#endif
+
 template <typename A, bool Vec>
 inline void add_leaves(const Tables& f, int64_t t, const int32_t* slot, int32_t rows, A* out) {
   const A* value = static_cast<const A*>(f.value);
   const int64_t k = f.n_outputs;
+  if (Vec && k == 2) {  // two classes' fractions (a forest's): one pair per row
+    for (int32_t r = 0; r < rows; ++r) {
+      const A* leaf = value + static_cast<int64_t>(slot[r]) * 2;
+      out[r * 2] += leaf[0];
+      out[r * 2 + 1] += leaf[1];
+    }
+    return;
+  }
   if (Vec) {
     for (int32_t r = 0; r < rows; ++r)
       for (int64_t j = 0; j < k; ++j) out[r * k + j] += value[static_cast<int64_t>(slot[r]) * k + j];
     return;
   }
   const int64_t g = f.group ? f.group[t] : 0;
+#if defined(__AVX512F__)
+  if (k == 1) {  // one output: the rows' sums side by side, a vector add per 16 (8) rows
+    add_leaves16(value, slot, rows, out);
+    return;
+  }
+#endif
   for (int32_t r = 0; r < rows; ++r) out[r * k + g] += value[slot[r]];
 }
 
@@ -212,7 +255,6 @@ void score(const Tables& f, const In& in, int64_t rows, A* out, int32_t block) {
 }  // namespace
 
 #if defined(__AVX2__)
-#include <immintrin.h>
 
 // -- AVX2: eight rows per vector, float32 inputs, numeric and zero tests ---------------
 //
@@ -224,6 +266,9 @@ void score(const Tables& f, const In& in, int64_t rows, A* out, int32_t block) {
 namespace {
 
 inline __m256i splat(int32_t v) { return _mm256_set1_epi32(v); }
+
+// A block's rows are padded to a multiple of this: whole vectors of 16 (AVX-512) or 8.
+constexpr int32_t kPad = 16;
 
 constexpr int32_t kCompactFeature = (1 << 16) - 1;
 constexpr int32_t kCompactDefaultLeft = 1 << 16;
@@ -355,9 +400,11 @@ void below_rows(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32
   int32_t at[kMaxBlock];
   int32_t id[kMaxBlock];
   int32_t count = 0;
-  for (int32_t r = 0; r < rows; ++r, ++count) {
+  for (int32_t r = 0; r < rows; ++r) {  // the rows the top left on an inner node
+    const int32_t n = node[r];
     at[count] = r;
-    id[count] = node[r];
+    id[count] = n;
+    count += Compact ? (static_cast<uint32_t>(f.compact[n]) >> kCompactOffset) != 0 : f.child[n] != n;
   }
   for (int32_t level = 0; level < f.tree_levels[t] && count > 0; ++level) {
     int32_t still = 0;
@@ -382,6 +429,42 @@ void below_rows(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32
     count = still;
   }
 }
+
+#if defined(__AVX512VL__)
+// below_rows eight rows at a time: the rows still walking packed into vectors after each
+// level (AVX-512's compress), so a vector walks only rows that have levels left.
+template <bool Zero, bool Nan, bool Compact>
+void below_packed(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node) {
+  int32_t at[kMaxBlock];
+  int32_t id[kMaxBlock];
+  int32_t count = 0;
+  for (int32_t r = 0; r < rows; r += 8) {  // the rows the top left on an inner node
+    __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
+    __mmask8 inner = Compact
+        ? _mm256_test_epi32_mask(_mm256_i32gather_epi32(f.compact, n, 4), splat(~((1 << kCompactOffset) - 1)))
+        : _mm256_cmpneq_epi32_mask(_mm256_i32gather_epi32(f.child, n, 4), n);
+    _mm256_mask_compressstoreu_epi32(at + count, inner, lanes_at(r));
+    _mm256_mask_compressstoreu_epi32(id + count, inner, n);
+    count += __builtin_popcount(inner);
+  }
+  for (int32_t level = 0; level < f.tree_levels[t] && count > 0; ++level) {
+    int32_t still = 0;
+    for (int32_t i = 0; i < count; i += 8) {
+      const __mmask8 valid = count - i >= 8 ? 0xff : static_cast<__mmask8>((1u << (count - i)) - 1);
+      __m256i r = _mm256_maskz_loadu_epi32(valid, at + i);
+      __m256i n = _mm256_maskz_loadu_epi32(valid, id + i);  // others: node 0, a valid id
+      __m256i next = Compact ? step8_compact<Zero, Nan>(f, b, n, r) : step8<Zero, Nan>(f, b, n, r);
+      const __mmask8 moving = valid & _mm256_cmpneq_epi32_mask(next, n);
+      _mm256_mask_i32scatter_epi32(node, valid & ~moving, r, next, 4);  // on their leaves
+      _mm256_mask_compressstoreu_epi32(at + still, moving, r);
+      _mm256_mask_compressstoreu_epi32(id + still, moving, next);
+      still += __builtin_popcount(moving);
+    }
+    count = still;
+  }
+  for (int32_t i = 0; i < count; ++i) node[at[i]] = id[i];  // on leaves at the last level
+}
+#endif
 
 // One top level of 8 * Regs nodes (its first at top index `at`, heap position `first`)
 // for every vector of the block, its words and thresholds held in registers.
@@ -423,6 +506,10 @@ bool top_level_looked_up(const Tables& f, const Block8& b, int32_t base, int32_t
   }
 }
 
+template <bool Zero, bool Nan>
+void below(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Options& o,
+           int32_t* node);
+
 // Tree t for rows [0, rows): each row's leaf (linked id) into node[].  Levels run
 // outermost over the block's vectors, so the vectors' gathers are independent work
 // the core overlaps (one vector's chain of gathers would leave it waiting).
@@ -462,11 +549,209 @@ void walk8(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Opti
     __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), _mm256_i32gather_epi32(exit, idx, 4));
   }
+  below<Zero, Nan>(f, t, b, rows, o, node);
+}
+
+// Tree t below its top for rows [0, rows), each at the linked id in node[] where its
+// top ended, as the schedule says: by vectors, row by row, or rows packed in vectors.
+template <bool Zero, bool Nan>
+void below(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Options& o,
+           int32_t* node) {
   if (f.tree_levels[t] <= 0) return;
-  if (!o.below_rows) below8<Zero, Nan>(f, t, b, rows, node);
+  if (o.below == 0) below8<Zero, Nan>(f, t, b, rows, node);
+#if defined(__AVX512VL__)
+  else if (o.below == 2 && f.compact) below_packed<Zero, Nan, true>(f, t, b, rows, node);
+  else if (o.below == 2) below_packed<Zero, Nan, false>(f, t, b, rows, node);
+#endif
   else if (f.compact) below_rows<Zero, Nan, true>(f, t, b, rows, node);
   else below_rows<Zero, Nan, false>(f, t, b, rows, node);
 }
+
+#if defined(__AVX512F__)
+// -- AVX-512: the top levels sixteen rows per vector ------------------------------------
+//
+// walk8's top levels with vectors of sixteen rows and the tests as masks: a permute
+// looks up among 16 entries (two registers: 32) where walk8's looks up among 8 (16),
+// a gather fetches sixteen values, and the missing-value and default-side logic is mask
+// arithmetic rather than blends.  Below the top, walk8's ways (over the same node[]).
+
+inline __m512i splat16(int32_t v) { return _mm512_set1_epi32(v); }
+
+inline __m512i lanes16(int32_t r) {
+  return _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                          splat16(r));
+}
+
+// The lanes going right: right8's test as a mask.
+template <bool Zero, bool Nan, int32_t DL = kDefaultLeft, int32_t MZ = kMissingZero>
+inline __mmask16 right16(__m512i pk, __m512 v, __m512 th, __m512 zero) {
+  const __mmask16 left = _mm512_cmp_ps_mask(v, th, _CMP_LE_OQ);  // false for NaN
+  if (!Nan && !Zero) return static_cast<__mmask16>(~left);
+  __mmask16 missing = Nan ? _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) : 0;
+  if (Zero) {
+    const __mmask16 small = _mm512_cmp_ps_mask(_mm512_abs_ps(v), zero, _CMP_LE_OQ);
+    missing |= small & _mm512_test_epi32_mask(pk, splat16(MZ));
+  }
+  const __mmask16 dl = _mm512_test_epi32_mask(pk, splat16(DL));
+  return static_cast<__mmask16>(~((left & ~missing) | (missing & dl)));
+}
+
+inline __m512i down16(__m512i idx, __mmask16 right) {
+  const __m512i next = _mm512_add_epi32(_mm512_add_epi32(idx, idx), splat16(1));
+  return _mm512_mask_add_epi32(next, right, next, splat16(1));
+}
+
+template <int32_t Mask = kFeatureMask>
+inline __m512 gathered16(const Block8& b, __m512i pk, __m512i lanes) {
+  __m512i feature = _mm512_and_si512(pk, splat16(Mask));
+  return _mm512_i32gather_ps(_mm512_add_epi32(_mm512_slli_epi32(feature, b.log_block), lanes), b.xt, 4);
+}
+
+template <bool Zero, bool Nan>
+inline __mmask16 right_uniform16(const Tables& f, int32_t n, const Block8& b, int32_t r, __m512 zero) {
+  const int32_t pk = f.top_packed[n];
+  const float th = static_cast<const float*>(f.top_threshold)[n];
+  __m512 v = _mm512_loadu_ps(b.xt + (static_cast<int64_t>(pk & kFeatureMask) << b.log_block) + r);
+  return right16<Zero, Nan>(splat16(pk), v, _mm512_set1_ps(th), zero);
+}
+
+// Entries i of a level's table held in Wide registers of 16 entries.
+template <int Wide>
+inline __m512i lookup16(const __m512i* table, __m512i i) {
+  if constexpr (Wide == 1) {
+    return _mm512_permutexvar_epi32(i, table[0]);
+  } else if constexpr (Wide == 2) {
+    return _mm512_permutex2var_epi32(table[0], i, table[1]);
+  } else {
+    constexpr int kBit = 4 + (Wide >= 4) + (Wide >= 8) + (Wide >= 16) + (Wide >= 32);  // picks a half
+    const __mmask16 high = _mm512_test_epi32_mask(i, splat16(1 << kBit));
+    return _mm512_mask_blend_epi32(high, lookup16<Wide / 2>(table, i),
+                                   lookup16<Wide / 2>(table + Wide / 2, i));
+  }
+}
+
+// One top level of 16 * Wide nodes (8 where Wide is 1 and the level has 8) by lookup.
+template <bool Zero, bool Nan, int Wide>
+void top_level16(const Tables& f, const Block8& b, int32_t at, int32_t first, int32_t rows,
+                 int32_t* node, __m512 zero) {
+  const float* top_thr = static_cast<const float*>(f.top_threshold);
+  const __mmask16 entries = first < 15 ? static_cast<__mmask16>((1u << (first + 1)) - 1) : 0xffff;
+  __m512i words[Wide], thresholds[Wide];
+  for (int32_t q = 0; q < Wide; ++q) {
+    words[q] = _mm512_maskz_loadu_epi32(entries, f.top_packed + at + 16 * q);
+    thresholds[q] = _mm512_castps_si512(_mm512_maskz_loadu_ps(entries, top_thr + at + 16 * q));
+  }
+  for (int32_t r = 0; r < rows; r += 16) {
+    __m512i idx = _mm512_loadu_si512(node + r);
+    __m512i i = _mm512_sub_epi32(idx, splat16(first));
+    __m512i pk = lookup16<Wide>(words, i);
+    __m512 th = _mm512_castsi512_ps(lookup16<Wide>(thresholds, i));
+    idx = down16(idx, right16<Zero, Nan>(pk, gathered16(b, pk, lanes16(r)), th, zero));
+    _mm512_storeu_si512(node + r, idx);
+  }
+}
+
+// One level below the top for the sixteen lanes at linked ids n: their next ids.
+template <bool Zero, bool Nan, bool Compact>
+inline __m512i step16(const Tables& f, const Block8& b, __m512i n, __m512i lanes, __m512 zero) {
+  __m512 th = _mm512_i32gather_ps(n, f.threshold, 4);
+  if (Compact) {
+    __m512i pk = _mm512_i32gather_epi32(n, f.compact, 4);
+    __m512 v = gathered16<kCompactFeature>(b, pk, lanes);
+    const __mmask16 right =
+        right16<Zero, Nan, kCompactDefaultLeft, kCompactMissingZero>(pk, v, th, zero);
+    __m512i first = _mm512_add_epi32(n, _mm512_srli_epi32(pk, kCompactOffset));
+    return _mm512_mask_add_epi32(first, right, first, splat16(1));
+  }
+  __m512i first = _mm512_i32gather_epi32(n, f.child, 4);
+  __m512i pk = _mm512_i32gather_epi32(n, f.packed, 4);
+  const __mmask16 right = right16<Zero, Nan>(pk, gathered16(b, pk, lanes), th, zero);
+  return _mm512_mask_add_epi32(first, right, first, splat16(1));
+}
+
+// below_packed sixteen rows at a time.
+template <bool Zero, bool Nan, bool Compact>
+void below_packed16(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node,
+                    __m512 zero) {
+  int32_t at[kMaxBlock];
+  int32_t id[kMaxBlock];
+  int32_t count = 0;
+  for (int32_t r = 0; r < rows; r += 16) {  // the rows the top left on an inner node
+    __m512i n = _mm512_loadu_si512(node + r);
+    const __mmask16 inner = Compact
+        ? _mm512_test_epi32_mask(_mm512_i32gather_epi32(n, f.compact, 4),
+                                 splat16(~((1 << kCompactOffset) - 1)))
+        : _mm512_cmpneq_epi32_mask(_mm512_i32gather_epi32(n, f.child, 4), n);
+    _mm512_mask_compressstoreu_epi32(at + count, inner, lanes16(r));
+    _mm512_mask_compressstoreu_epi32(id + count, inner, n);
+    count += __builtin_popcount(inner);
+  }
+  for (int32_t level = 0; level < f.tree_levels[t] && count > 0; ++level) {
+    int32_t still = 0;
+    for (int32_t i = 0; i < count; i += 16) {
+      const __mmask16 valid =
+          count - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - i)) - 1);
+      __m512i r = _mm512_maskz_loadu_epi32(valid, at + i);
+      __m512i n = _mm512_maskz_loadu_epi32(valid, id + i);  // others: node 0, a valid id
+      __m512i next = step16<Zero, Nan, Compact>(f, b, n, r, zero);
+      const __mmask16 moving = valid & _mm512_cmpneq_epi32_mask(next, n);
+      _mm512_mask_i32scatter_epi32(node, valid & ~moving, r, next, 4);  // on their leaves
+      _mm512_mask_compressstoreu_epi32(at + still, moving, r);
+      _mm512_mask_compressstoreu_epi32(id + still, moving, next);
+      still += __builtin_popcount(moving);
+    }
+    count = still;
+  }
+  for (int32_t i = 0; i < count; ++i) node[at[i]] = id[i];  // on leaves at the last level
+}
+
+// walk8 with the top sixteen rows at a time; rows a multiple of 16.
+template <bool Zero, bool Nan>
+void walk16(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Options& o,
+            int32_t* node) {
+  const __m512 zero = _mm512_set1_ps(static_cast<float>(f.zero));
+  const int32_t inner = (1 << f.top_depth) - 1;
+  const int32_t base = static_cast<int32_t>(t) * inner;
+  const int32_t* exit = f.top_exit + static_cast<int64_t>(t) * (inner + 1) - inner;
+  const int32_t tested = o.uniform < f.top_depth ? o.uniform : f.top_depth;
+  for (int32_t r = 0; r < rows; r += 16) {  // the top levels, node by node
+    __m512i idx = _mm512_setzero_si512();
+    for (int32_t level = 0; level < tested; ++level) {
+      const int32_t first = (1 << level) - 1;
+      __mmask16 right = right_uniform16<Zero, Nan>(f, base + first, b, r, zero);
+      for (int32_t k = first + 1; k < 2 * first + 1; ++k) {
+        const __mmask16 at = _mm512_cmpeq_epi32_mask(idx, splat16(k));
+        right = (right & ~at) | (right_uniform16<Zero, Nan>(f, base + k, b, r, zero) & at);
+      }
+      idx = down16(idx, right);
+    }
+    _mm512_storeu_si512(node + r, idx);
+  }
+  for (int32_t level = tested; level < f.top_depth; ++level) {
+    const int32_t first = (1 << level) - 1;
+    const int32_t at = base + first;
+    switch (level) {  // 1 to 512 nodes: levels 0 to 9 (the deepest top is 10 levels)
+      case 0: case 1: case 2: case 3: case 4:
+        top_level16<Zero, Nan, 1>(f, b, at, first, rows, node, zero); break;
+      case 5: top_level16<Zero, Nan, 2>(f, b, at, first, rows, node, zero); break;
+      case 6: top_level16<Zero, Nan, 4>(f, b, at, first, rows, node, zero); break;
+      case 7: top_level16<Zero, Nan, 8>(f, b, at, first, rows, node, zero); break;
+      case 8: top_level16<Zero, Nan, 16>(f, b, at, first, rows, node, zero); break;
+      default: top_level16<Zero, Nan, 32>(f, b, at, first, rows, node, zero); break;
+    }
+  }
+  for (int32_t r = 0; r < rows; r += 16) {
+    __m512i idx = _mm512_loadu_si512(node + r);
+    _mm512_storeu_si512(node + r, _mm512_i32gather_epi32(idx, exit, 4));
+  }
+  if (o.below == 2 && f.tree_levels[t] > 0 && f.compact)
+    below_packed16<Zero, Nan, true>(f, t, b, rows, node, zero);
+  else if (o.below == 2 && f.tree_levels[t] > 0)
+    below_packed16<Zero, Nan, false>(f, t, b, rows, node, zero);
+  else
+    below<Zero, Nan>(f, t, b, rows, o, node);
+}
+#endif
 
 // -- few rows: the lanes over trees -------------------------------------------------
 //
@@ -611,7 +896,7 @@ inline bool transposed(const Tables& f, const RowMajor<float>& in, int32_t rows,
   for (int32_t j = width; j < in.features; ++j)
     for (int32_t r = 0; r < whole; ++r) xt[static_cast<int64_t>(j) * block + r] = in.at(r, j);
   for (int32_t j = 0; j < in.features; ++j)
-    for (int32_t r = whole; r < ((rows + 7) & ~7); ++r)
+    for (int32_t r = whole; r < ((rows + kPad - 1) & ~(kPad - 1)); ++r)
       xt[static_cast<int64_t>(j) * block + r] = r < rows ? in.at(r, j) : 0.0f;
   return true;
 }
@@ -619,10 +904,10 @@ inline bool transposed(const Tables& f, const RowMajor<float>& in, int32_t rows,
 inline bool transposed(const Tables&, const ByFeature<float>&, int32_t, int32_t, float*) { return false; }
 
 // Rows [0, rows) of the features the forest reads into xt [F, block], zero-padded to a
-// multiple of eight (the others are never read).
+// multiple of kPad (the others are never read).
 template <typename In>
 inline int32_t block_of(const Tables& f, const In& in, int32_t rows, int32_t block, float* xt) {
-  const int32_t padded = (rows + 7) & ~7;
+  const int32_t padded = (rows + kPad - 1) & ~(kPad - 1);
   if (transposed(f, in, rows, block, xt)) return padded;
   for (int64_t u = 0; u < f.n_used; ++u) {
     const int32_t j = f.used[u];
@@ -661,6 +946,11 @@ void score8(const Tables& f, const In& in, int64_t rows, A* out, const Options& 
     A* ob = out + start * f.n_outputs;
     const bool nan = holds_nan(f, b, padded);
     for (int64_t t = 0; t < f.n_trees; ++t) {
+#if defined(__AVX512F__)
+      if (o.wide && nan) walk16<Zero, true>(f, t, b, padded, o, node);
+      else if (o.wide) walk16<Zero, false>(f, t, b, padded, o, node);
+      else
+#endif
       if (nan) walk8<Zero, true>(f, t, b, padded, o, node);
       else walk8<Zero, false>(f, t, b, padded, o, node);
       add_leaves<A, Vec>(f, t, node, n, ob);
@@ -735,19 +1025,39 @@ int32_t walk_vector_lanes() {
 #endif
 }
 
+// Rows a vector of the top levels holds with wide = 1: 16 where the build has AVX-512,
+// else 0 (wide = 1 then walks eight rows per vector).
+int32_t walk_wide_lanes() {
+#if defined(SCORING_WALK_AVX2) && defined(__AVX512F__)
+  return 16;
+#else
+  return 0;
+#endif
+}
+
+// 1 where this build packs the rows still walking into vectors (below = 2: AVX-512VL's
+// compress); elsewhere below = 2 walks row by row.
+int32_t walk_packs() {
+#if defined(SCORING_WALK_AVX2) && defined(__AVX512VL__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 // Adds every tree's leaf to out[rows, n_outputs]; x is [rows, n_features] row-major.
 // x64 / acc64: double inputs / accumulation; zero, cat: the forest has zero-as-missing
 // or categorical nodes.  Returns 0, or -1 for options out of range.
 int32_t walk_score(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, int32_t cat,
                    const void* x, int64_t rows, void* out, int32_t block, int32_t uniform,
-                   int32_t vector, int32_t below_rows, int32_t few) {
+                   int32_t vector, int32_t below, int32_t few, int32_t wide) {
   if (!valid(block, uniform)) return -1;
   auto make = [&](auto typed) {
     using X = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
     return RowMajor<X>{static_cast<const X*>(x), f->n_features};
   };
   by_types(*f, x64, acc64, zero, cat, make, rows, out,
-           Options{block, uniform, vector, below_rows, few});
+           Options{block, uniform, vector, below, few, wide});
   return 0;
 }
 
@@ -773,15 +1083,15 @@ int32_t walk_leaf_ids(const Tables* f, int32_t x64, int32_t zero, int32_t cat, c
 // feature j's values (x64: doubles), each contiguous.
 int32_t walk_score_columns(const Tables* f, int32_t x64, int32_t acc64, int32_t zero, int32_t cat,
                            const void* const* columns, int64_t first, int64_t rows, void* out,
-                           int32_t block, int32_t uniform, int32_t vector, int32_t below_rows,
-                           int32_t few) {
+                           int32_t block, int32_t uniform, int32_t vector, int32_t below,
+                           int32_t few, int32_t wide) {
   if (!valid(block, uniform)) return -1;
   auto make = [&](auto typed) {
     using X = std::remove_const_t<std::remove_pointer_t<decltype(typed)>>;
     return ByFeature<X>{reinterpret_cast<const X* const*>(columns), first};
   };
   by_types(*f, x64, acc64, zero, cat, make, rows, out,
-           Options{block, uniform, vector, below_rows, few});
+           Options{block, uniform, vector, below, few, wide});
   return 0;
 }
 

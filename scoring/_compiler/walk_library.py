@@ -132,16 +132,18 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.walk_score.restype = ctypes.c_int32
     lib.walk_score.argtypes = [
         ctypes.POINTER(Tables), *[ctypes.c_int32] * 4, _P, ctypes.c_int64, _P,
-        *[ctypes.c_int32] * 5,
+        *[ctypes.c_int32] * 6,
     ]  # fmt: skip
     lib.walk_score_columns.restype = ctypes.c_int32
     lib.walk_score_columns.argtypes = [
         ctypes.POINTER(Tables), *[ctypes.c_int32] * 4, ctypes.POINTER(_P), ctypes.c_int64,
-        ctypes.c_int64, _P, *[ctypes.c_int32] * 5,
+        ctypes.c_int64, _P, *[ctypes.c_int32] * 6,
     ]  # fmt: skip
     lib.walk_leaf_ids.restype = ctypes.c_int32
     lib.walk_leaf_ids.argtypes = [
         ctypes.POINTER(Tables), *[ctypes.c_int32] * 3, _P, ctypes.c_int64, _P, _P,
     ]  # fmt: skip
     lib.walk_vector_lanes.restype = ctypes.c_int32
+    lib.walk_packs.restype = ctypes.c_int32
+    lib.walk_wide_lanes.restype = ctypes.c_int32
     return lib
