@@ -135,18 +135,23 @@ class TensorBackend:
     @torch.inference_mode()
     def margins(self, mat: np.ndarray | torch.Tensor | Columns) -> torch.Tensor:
         """Margins ``[B, K]`` on the device (base score included, before the link)."""
-        with self._walk_apart():
+        with self._walk_apart(len(mat)):
             return self.module(self._kernel_input(mat))
 
     @torch.inference_mode()
     def values(self, mat: np.ndarray | torch.Tensor | Columns) -> np.ndarray:
-        with self._walk_apart():  # margins' own context, entered once (one-row calls)
+        with self._walk_apart(len(mat)):  # margins' own context, entered once
             margins = self.module(self._kernel_input(mat))
             return transform(self.forest, margins).cpu().numpy()
 
-    def _walk_apart(self) -> contextlib.AbstractContextManager[None]:
+    def _walk_apart(self, rows: int | None = None) -> contextlib.AbstractContextManager[None]:
         """Where the kernel is walk.cpp, which spreads rows over threads of its own: torch's
-        arithmetic around it on the calling thread (:func:`torch_on_caller`)."""
+        arithmetic around it on the calling thread (:func:`torch_on_caller`).  Not for a
+        call of ``rows`` too few for torch to spread its arithmetic (at most its grain of
+        32,768 elements), where setting the thread count twice would cost more than a
+        one-row call's walk."""
+        if rows is not None and rows * self.forest.n_outputs <= _TORCH_GRAIN:
+            return contextlib.nullcontext()
         kernel = _kernel(self.module)
         if isinstance(kernel, WalkKernel) and isinstance(kernel.walk, GenericWalk):
             return torch_on_caller()
@@ -337,6 +342,10 @@ class TensorBackend:
 
     def _copied_in(self, block: torch.Tensor) -> torch.Tensor:
         return block.to(self.device, non_blocking=True)
+
+
+#: Elements below which torch runs an elementwise op on the calling thread alone.
+_TORCH_GRAIN = 32_768
 
 
 def _kernel(module: torch.nn.Module) -> Kernel | None:
