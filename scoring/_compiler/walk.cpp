@@ -430,42 +430,6 @@ void below_rows(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32
   }
 }
 
-#if defined(__AVX512VL__)
-// below_rows eight rows at a time: the rows still walking packed into vectors after each
-// level (AVX-512's compress), so a vector walks only rows that have levels left.
-template <bool Zero, bool Nan, bool Compact>
-void below_packed(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node) {
-  int32_t at[kMaxBlock];
-  int32_t id[kMaxBlock];
-  int32_t count = 0;
-  for (int32_t r = 0; r < rows; r += 8) {  // the rows the top left on an inner node
-    __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(node + r));
-    __mmask8 inner = Compact
-        ? _mm256_test_epi32_mask(_mm256_i32gather_epi32(f.compact, n, 4), splat(~((1 << kCompactOffset) - 1)))
-        : _mm256_cmpneq_epi32_mask(_mm256_i32gather_epi32(f.child, n, 4), n);
-    _mm256_mask_compressstoreu_epi32(at + count, inner, lanes_at(r));
-    _mm256_mask_compressstoreu_epi32(id + count, inner, n);
-    count += __builtin_popcount(inner);
-  }
-  for (int32_t level = 0; level < f.tree_levels[t] && count > 0; ++level) {
-    int32_t still = 0;
-    for (int32_t i = 0; i < count; i += 8) {
-      const __mmask8 valid = count - i >= 8 ? 0xff : static_cast<__mmask8>((1u << (count - i)) - 1);
-      __m256i r = _mm256_maskz_loadu_epi32(valid, at + i);
-      __m256i n = _mm256_maskz_loadu_epi32(valid, id + i);  // others: node 0, a valid id
-      __m256i next = Compact ? step8_compact<Zero, Nan>(f, b, n, r) : step8<Zero, Nan>(f, b, n, r);
-      const __mmask8 moving = valid & _mm256_cmpneq_epi32_mask(next, n);
-      _mm256_mask_i32scatter_epi32(node, valid & ~moving, r, next, 4);  // on their leaves
-      _mm256_mask_compressstoreu_epi32(at + still, moving, r);
-      _mm256_mask_compressstoreu_epi32(id + still, moving, next);
-      still += __builtin_popcount(moving);
-    }
-    count = still;
-  }
-  for (int32_t i = 0; i < count; ++i) node[at[i]] = id[i];  // on leaves at the last level
-}
-#endif
-
 // One top level of 8 * Regs nodes (its first at top index `at`, heap position `first`)
 // for every vector of the block, its words and thresholds held in registers.
 template <bool Zero, bool Nan, int Regs>
@@ -550,21 +514,6 @@ void walk8(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Opti
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(node + r), _mm256_i32gather_epi32(exit, idx, 4));
   }
   below<Zero, Nan>(f, t, b, rows, o, node);
-}
-
-// Tree t below its top for rows [0, rows), each at the linked id in node[] where its
-// top ended, as the schedule says: by vectors, row by row, or rows packed in vectors.
-template <bool Zero, bool Nan>
-void below(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Options& o,
-           int32_t* node) {
-  if (f.tree_levels[t] <= 0) return;
-  if (o.below == 0) below8<Zero, Nan>(f, t, b, rows, node);
-#if defined(__AVX512VL__)
-  else if (o.below == 2 && f.compact) below_packed<Zero, Nan, true>(f, t, b, rows, node);
-  else if (o.below == 2) below_packed<Zero, Nan, false>(f, t, b, rows, node);
-#endif
-  else if (f.compact) below_rows<Zero, Nan, true>(f, t, b, rows, node);
-  else below_rows<Zero, Nan, false>(f, t, b, rows, node);
 }
 
 #if defined(__AVX512F__)
@@ -669,10 +618,12 @@ inline __m512i step16(const Tables& f, const Block8& b, __m512i n, __m512i lanes
   return _mm512_mask_add_epi32(first, right, first, splat16(1));
 }
 
-// below_packed sixteen rows at a time.
+// Below the top by rows (below_rows), the rows still walking packed into vectors of
+// sixteen after each level (AVX-512's compress), so a vector walks only rows that have
+// levels left; rows the top left on a leaf never enter.  Rows a multiple of 16.
 template <bool Zero, bool Nan, bool Compact>
-void below_packed16(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node,
-                    __m512 zero) {
+void below_packed16(const Tables& f, int64_t t, const Block8& b, int32_t rows, int32_t* node) {
+  const __m512 zero = _mm512_set1_ps(static_cast<float>(f.zero));
   int32_t at[kMaxBlock];
   int32_t id[kMaxBlock];
   int32_t count = 0;
@@ -744,14 +695,25 @@ void walk16(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Opt
     __m512i idx = _mm512_loadu_si512(node + r);
     _mm512_storeu_si512(node + r, _mm512_i32gather_epi32(idx, exit, 4));
   }
-  if (o.below == 2 && f.tree_levels[t] > 0 && f.compact)
-    below_packed16<Zero, Nan, true>(f, t, b, rows, node, zero);
-  else if (o.below == 2 && f.tree_levels[t] > 0)
-    below_packed16<Zero, Nan, false>(f, t, b, rows, node, zero);
-  else
-    below<Zero, Nan>(f, t, b, rows, o, node);
+  below<Zero, Nan>(f, t, b, rows, o, node);
 }
 #endif
+
+// Tree t below its top for rows [0, rows), each at the linked id in node[] where its
+// top ended, as the schedule says: by vectors, row by row, or rows packed in vectors
+// (AVX-512VL builds; row by row elsewhere).
+template <bool Zero, bool Nan>
+void below(const Tables& f, int64_t t, const Block8& b, int32_t rows, const Options& o,
+           int32_t* node) {
+  if (f.tree_levels[t] <= 0) return;
+  if (o.below == 0) below8<Zero, Nan>(f, t, b, rows, node);
+#if defined(__AVX512VL__)
+  else if (o.below == 2 && f.compact) below_packed16<Zero, Nan, true>(f, t, b, rows, node);
+  else if (o.below == 2) below_packed16<Zero, Nan, false>(f, t, b, rows, node);
+#endif
+  else if (f.compact) below_rows<Zero, Nan, true>(f, t, b, rows, node);
+  else below_rows<Zero, Nan, false>(f, t, b, rows, node);
+}
 
 // -- few rows: the lanes over trees -------------------------------------------------
 //
